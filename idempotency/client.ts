@@ -1,0 +1,157 @@
+// --- The client side of SEP-3182 ---
+//
+// Sending the key, retrying with it, and discovering the capability, with the SDK's client
+// as it is: its `callTool` has no place for the key, and it drops `tools.idempotency` from
+// the capabilities it parses.
+
+import { randomUUID } from 'node:crypto';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import type { RequestOptions } from '@modelcontextprotocol/sdk/shared/protocol.js';
+import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
+import {
+  type CallToolResult,
+  CallToolResultSchema,
+  ErrorCode,
+  type JSONRPCMessage,
+} from '@modelcontextprotocol/sdk/types.js';
+import { IdempotencyErrorType, idempotencyErrorOf } from './errors.js';
+
+export interface ToolCall {
+  name: string;
+  arguments?: Record<string, unknown>;
+}
+
+export interface KeyedToolCall extends ToolCall {
+  /** SEP: a sibling of `name` and `arguments`, not inside `arguments`, not in `_meta`. */
+  idempotencyKey: string;
+}
+
+/**
+ * `tools/call`, with `params.idempotencyKey` when the call carries one. The SDK client's
+ * `callTool` has no place for the key; its `request` sends extra params fields unchanged.
+ */
+export function callTool(
+  client: Client,
+  call: ToolCall | KeyedToolCall,
+  options?: RequestOptions,
+): Promise<CallToolResult> {
+  return client.request({ method: 'tools/call', params: call }, CallToolResultSchema, options);
+}
+
+export interface RetryPolicy {
+  maxAttempts: number;
+  /** Per-attempt timeout; the SDK rejects with -32001 and tells the server it gave up. */
+  timeoutMs: number;
+  initialBackoffMs: number;
+  maxBackoffMs: number;
+}
+
+export const DEFAULT_RETRY_POLICY: RetryPolicy = {
+  maxAttempts: 8,
+  timeoutMs: 30_000,
+  initialBackoffMs: 100,
+  maxBackoffMs: 5_000,
+};
+
+export type AttemptOutcome = 'answered' | 'timedOut' | 'inProgress' | 'storeUnavailable' | 'storeFull';
+
+export interface Attempt {
+  attempt: number;
+  outcome: AttemptOutcome;
+  idempotencyKey: string;
+  elapsedMs: number;
+}
+
+export interface IdempotentCallOptions {
+  policy?: Partial<RetryPolicy>;
+  /** Observe each attempt (the demo narrates them). */
+  onAttempt?: (attempt: Attempt) => void;
+}
+
+/**
+ * One logical operation, one key: the key is generated here, once, and sent unchanged on
+ * every retry. A new key on retry is exactly the double charge this mechanism prevents.
+ * Retries after a timeout (the answer may be lost, not the work) and after an answer that
+ * says "nothing happened yet, try again later"; any other failure is the caller's to see.
+ */
+export async function callToolIdempotently(
+  client: Client,
+  call: ToolCall,
+  options: IdempotentCallOptions = {},
+): Promise<{ result: CallToolResult; idempotencyKey: string; attempts: Attempt[] }> {
+  const policy = { ...DEFAULT_RETRY_POLICY, ...options.policy };
+  const idempotencyKey = randomUUID();
+  const attempts: Attempt[] = [];
+  const started = performance.now();
+  const note = (outcome: AttemptOutcome) => {
+    const attempt = {
+      attempt: attempts.length + 1,
+      outcome,
+      idempotencyKey,
+      elapsedMs: performance.now() - started,
+    };
+    attempts.push(attempt);
+    options.onAttempt?.(attempt);
+  };
+
+  for (;;) {
+    try {
+      const result = await callTool(client, { ...call, idempotencyKey }, { timeout: policy.timeoutMs });
+      note('answered');
+      return { result, idempotencyKey, attempts };
+    } catch (error) {
+      const outcome = retryableOutcome(error);
+      if (outcome === undefined) throw error;
+      note(outcome);
+      if (attempts.length >= policy.maxAttempts) throw error;
+    }
+    await sleep(backoff(attempts.length, policy));
+  }
+}
+
+function retryableOutcome(error: unknown): AttemptOutcome | undefined {
+  const sep = idempotencyErrorOf(error);
+  if (sep?.type === IdempotencyErrorType.inProgress) return 'inProgress';
+  if (sep?.type === IdempotencyErrorType.storeUnavailable) return 'storeUnavailable';
+  if (sep?.type === IdempotencyErrorType.storeFull) return 'storeFull';
+  const code = typeof error === 'object' && error !== null ? Reflect.get(error, 'code') : undefined;
+  return code === ErrorCode.RequestTimeout ? 'timedOut' : undefined;
+}
+
+/** Exponential backoff with full jitter, so a crowd of retries does not arrive together. */
+function backoff(failures: number, policy: RetryPolicy): number {
+  const ceiling = Math.min(policy.maxBackoffMs, policy.initialBackoffMs * 2 ** (failures - 1));
+  return Math.random() * ceiling;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+// --- Discovery: capabilities.tools.idempotency, as the server sent it ---
+
+/**
+ * Call before `client.connect(transport)`. Resolves with the `capabilities` object of the
+ * initialize result exactly as it arrived, before the SDK's schema drops
+ * `tools.idempotency`. (Protocol.connect chains an `onmessage` that is already set.)
+ */
+export function captureServerCapabilities(transport: Transport): Promise<unknown> {
+  return new Promise((resolve) => {
+    transport.onmessage = (message: JSONRPCMessage) => {
+      if ('result' in message && typeof message.result.protocolVersion === 'string') {
+        resolve(message.result.capabilities);
+      }
+    };
+  });
+}
+
+/** SEP: `{"capabilities":{"tools":{"idempotency":{}}}}`, intentionally empty. */
+export function advertisesIdempotency(capabilities: unknown): boolean {
+  const tools: unknown = field(capabilities, 'tools');
+  const idempotency: unknown = field(tools, 'idempotency');
+  return typeof idempotency === 'object' && idempotency !== null;
+}
+
+function field(value: unknown, name: string): unknown {
+  return typeof value === 'object' && value !== null ? Reflect.get(value, name) : undefined;
+}

@@ -1,0 +1,41 @@
+// --- The idempotency key (SEP-3182: an opaque string the client generates) ---
+//
+// The SEP sets no length limit and lets servers publish one. This server publishes
+// Stripe's: 1 to 255 characters. Control characters are refused because keys end up in
+// log lines and store keys; lone surrogates because they cannot be encoded as UTF-8, so
+// two different keys would collapse into one once a shared store (Redis) holds them.
+
+import { Messages } from './errors.js';
+
+/** Longest accepted key, in Unicode code points (Stripe's limit; a UUID is 36). */
+export const MAX_IDEMPOTENCY_KEY_LENGTH = 255;
+
+// C0 controls, DEL and C1 controls: the Unicode general category Cc.
+const CONTROL_CHARACTER = /\p{Cc}/u;
+
+export type KeyCheck = { ok: true; key: string } | { ok: false; message: string };
+
+export function checkIdempotencyKey(raw: unknown): KeyCheck {
+  if (typeof raw !== 'string') {
+    return { ok: false, message: Messages.keyNotString(describeType(raw)) };
+  }
+  if (raw.length === 0) return { ok: false, message: Messages.keyEmpty };
+  // Two UTF-16 units per code point at most: anything longer is too long without counting.
+  if (raw.length > 2 * MAX_IDEMPOTENCY_KEY_LENGTH) {
+    return { ok: false, message: Messages.keyTooLong(MAX_IDEMPOTENCY_KEY_LENGTH, raw.length) };
+  }
+  if (!raw.isWellFormed()) return { ok: false, message: Messages.keyLoneSurrogate };
+  const codePoints = raw.length > MAX_IDEMPOTENCY_KEY_LENGTH ? [...raw].length : raw.length;
+  if (codePoints > MAX_IDEMPOTENCY_KEY_LENGTH) {
+    return { ok: false, message: Messages.keyTooLong(MAX_IDEMPOTENCY_KEY_LENGTH, codePoints) };
+  }
+  const control = CONTROL_CHARACTER.exec(raw);
+  if (control) return { ok: false, message: Messages.keyControlCharacter(control.index) };
+  return { ok: true, key: raw };
+}
+
+function describeType(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  return typeof value === 'object' ? 'an object' : `a ${typeof value}`;
+}

@@ -1,0 +1,106 @@
+// --- An in-process dedup store ---
+//
+// Right for one process (stdio, or a single HTTP instance). A horizontally scaled,
+// stateless deployment must share one store instead (see redis-store.ts): a retry that
+// lands on another instance finds nothing in this one's memory.
+
+import { randomUUID } from 'node:crypto';
+import type { Fingerprint } from './fingerprint.js';
+import type { Claim, ClaimTicket, IdempotencyStore, RecordId, StoredResponse } from './store.js';
+
+/** Default cap. Roughly 100 MB at the demo's response size; 333 keyed calls/s for 300 s. */
+export const DEFAULT_MAX_RECORDS = 100_000;
+
+interface InProgressRecord {
+  fingerprint: Fingerprint;
+  token: string;
+  expiresAt: number;
+}
+
+interface CompletedRecord {
+  fingerprint: Fingerprint;
+  response: StoredResponse;
+  expiresAt: number;
+}
+
+export interface MemoryStoreOptions {
+  maxRecords?: number;
+  /** A clock in milliseconds; monotonic by default so a wall-clock step cannot reorder expiry. Tests pass one they control. */
+  now?: () => number;
+}
+
+export class MemoryIdempotencyStore implements IdempotencyStore {
+  readonly maxRecords: number;
+  private readonly now: () => number;
+  // Two maps, each in insertion order. The guard uses one lease and one retention, so
+  // insertion order is expiry order and expired records are always at the front: evicting
+  // them costs O(1) per record, however many records are stored.
+  private readonly inProgress = new Map<string, InProgressRecord>();
+  private readonly completed = new Map<string, CompletedRecord>();
+
+  constructor(options: MemoryStoreOptions = {}) {
+    this.maxRecords = options.maxRecords ?? DEFAULT_MAX_RECORDS;
+    if (!Number.isSafeInteger(this.maxRecords) || this.maxRecords < 1) {
+      throw new RangeError(`maxRecords must be a positive integer, got ${this.maxRecords}`);
+    }
+    this.now = options.now ?? (() => performance.now());
+  }
+
+  /** Live and not-yet-evicted records together; bounded by `maxRecords`. */
+  get size(): number {
+    return this.inProgress.size + this.completed.size;
+  }
+
+  async claim(id: RecordId, fingerprint: Fingerprint, leaseMs: number): Promise<Claim> {
+    // No await before the write below: in one event loop, check-then-set is atomic.
+    const now = this.now();
+    this.evictExpired(now);
+    const slot = slotOf(id);
+
+    const running = this.inProgress.get(slot);
+    if (running) return { state: 'inProgress', fingerprint: running.fingerprint };
+    const done = this.completed.get(slot);
+    if (done) return { state: 'completed', fingerprint: done.fingerprint, response: done.response };
+
+    // Full of live records: refuse. Evicting one would let its retry execute a second time.
+    if (this.size >= this.maxRecords) return { state: 'full' };
+
+    const token = randomUUID();
+    this.inProgress.set(slot, { fingerprint, token, expiresAt: now + leaseMs });
+    return { state: 'claimed', ticket: { ...id, fingerprint, token } };
+  }
+
+  async complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<void> {
+    const slot = slotOf(ticket);
+    if (this.inProgress.get(slot)?.token !== ticket.token) return;
+    this.inProgress.delete(slot);
+    this.completed.set(slot, {
+      fingerprint: ticket.fingerprint,
+      response,
+      expiresAt: this.now() + retentionMs,
+    });
+  }
+
+  async clear(): Promise<void> {
+    this.inProgress.clear();
+    this.completed.clear();
+  }
+
+  /** Drop every expired record: SEP retention, after which the same key may execute again. */
+  private evictExpired(now: number): void {
+    evictExpiredFront(this.inProgress, now);
+    evictExpiredFront(this.completed, now);
+  }
+}
+
+function evictExpiredFront(records: Map<string, { expiresAt: number }>, now: number): void {
+  for (const [slot, record] of records) {
+    if (record.expiresAt > now) return;
+    records.delete(slot);
+  }
+}
+
+// JSON keeps (scope, key) pairs distinct whatever characters either contains.
+function slotOf(id: RecordId): string {
+  return JSON.stringify([id.scope, id.idempotencyKey]);
+}

@@ -1,0 +1,65 @@
+// --- The dedup store contract ---
+//
+// Small and atomic on purpose: two operations are all the guard needs, so another backend
+// (Redis here; Postgres or DynamoDB in a server of yours) can be added without touching
+// the guard. `claim` must be atomic across every process sharing the store: of N
+// concurrent claims of one (scope, key), exactly one may come back `claimed`.
+
+import type { Result } from '@modelcontextprotocol/sdk/types.js';
+import type { Fingerprint } from './fingerprint.js';
+
+/**
+ * Whatever the dispatch answered, kept so a retry gets the same bytes: a `result` (a
+ * success or an `isError` tool result) or a JSON-RPC `error`. SEP: errors replay too.
+ */
+export type StoredResponse =
+  | { result: Result }
+  | { error: { code: number; message: string; data?: unknown } };
+
+/**
+ * Records are scoped to the caller's authorization boundary (SEP-3182 security section):
+ * one caller's key never replays another caller's result.
+ */
+export interface RecordId {
+  scope: string;
+  idempotencyKey: string;
+}
+
+/** Proof of a successful claim, handed back to `complete`. */
+export interface ClaimTicket extends RecordId {
+  fingerprint: Fingerprint;
+  /** Unique per claim, so a claim that outlived its lease cannot overwrite a newer one. */
+  token: string;
+}
+
+export type Claim =
+  | { state: 'claimed'; ticket: ClaimTicket }
+  | { state: 'inProgress'; fingerprint: Fingerprint }
+  | { state: 'completed'; fingerprint: Fingerprint; response: StoredResponse }
+  /** The cap is reached and nothing has expired: refuse rather than evict a live record. */
+  | { state: 'full' };
+
+export interface IdempotencyStore {
+  /**
+   * If no live record exists for `id`, atomically record an in-progress claim that expires
+   * after `leaseMs` and return `claimed`; otherwise return the live record untouched.
+   */
+  claim(id: RecordId, fingerprint: Fingerprint, leaseMs: number): Promise<Claim>;
+  /**
+   * Replace the claim with the completed response, kept for `retentionMs`. Does nothing if
+   * the claim is no longer the live record (its lease expired, or the store was cleared).
+   */
+  complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<void>;
+  /** Forget every record (the demo's reset_ledger). */
+  clear(): Promise<void>;
+}
+
+/** Thrown by a store that cannot be reached; the guard fails closed on it. */
+export class StoreUnavailableError extends Error {
+  constructor(cause: unknown) {
+    super(`idempotency store unavailable: ${cause instanceof Error ? cause.message : String(cause)}`, {
+      cause,
+    });
+    this.name = 'StoreUnavailableError';
+  }
+}
