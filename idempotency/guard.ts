@@ -103,8 +103,13 @@ async function guardToolCall(
 
   const started = performance.now();
   const tool = typeof params.name === 'string' ? params.name : undefined;
-  const decide = (decision: Decision, id?: Partial<RecordId>, message?: string) =>
-    settings.onDecision({ decision, ...id, tool, message, durationMs: roundMs(performance.now() - started) });
+  const decide = (decision: Decision, id?: Partial<RecordId>, message?: string) => {
+    try {
+      settings.onDecision({ decision, ...id, tool, message, durationMs: roundMs(performance.now() - started) });
+    } catch {
+      // A failing log line must never change what the caller is answered.
+    }
+  };
 
   // The key must be something a store can hold and a log can print.
   const key = checkIdempotencyKey(params.idempotencyKey);
@@ -156,7 +161,7 @@ async function guardToolCall(
   }
 
   // The only path that executes. Whatever the dispatch answers is recorded, errors included.
-  const outcome = await settle(dispatch(request, extra));
+  const outcome = await settle(() => dispatch(request, extra));
   try {
     await settings.store.complete(claim.ticket, outcome.stored, settings.retentionMs);
     decide('executed', id);
@@ -173,9 +178,10 @@ type Outcome =
   | { threw: false; result: Result; stored: StoredResponse }
   | { threw: true; error: unknown; stored: StoredResponse };
 
-async function settle(answer: Promise<Result>): Promise<Outcome> {
+/** Runs the dispatch, catching a synchronous throw too: the SDK's own parse throws before any promise exists. */
+async function settle(run: () => Promise<Result>): Promise<Outcome> {
   try {
-    const result = await answer;
+    const result = await run();
     return { threw: false, result, stored: { result } };
   } catch (error) {
     return { threw: true, error, stored: { error: asWireError(error) } };

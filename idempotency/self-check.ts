@@ -7,20 +7,24 @@
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
+import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { z } from 'zod';
 import { callTool } from './client.js';
-import { installIdempotencyGuard } from './guard.js';
+import { type IdempotencyGuardOptions, installIdempotencyGuard } from './guard.js';
 import { MemoryIdempotencyStore } from './memory-store.js';
 
-export async function verifyGuardSeesKeys(): Promise<void> {
+/** @param install how the server under test installs its guard (tests pass a broken one). */
+export async function verifyGuardSeesKeys(
+  install: (server: Server, options: IdempotencyGuardOptions) => void = installIdempotencyGuard,
+): Promise<void> {
   let executions = 0;
   const probe = new McpServer({ name: 'idempotency-self-check', version: '0' });
   probe.registerTool('probe', { inputSchema: { n: z.number() } }, () => {
     executions += 1;
     return { content: [{ type: 'text', text: String(executions) }] };
   });
-  installIdempotencyGuard(probe.server, { store: new MemoryIdempotencyStore() });
+  install(probe.server, { store: new MemoryIdempotencyStore() });
 
   const client = new Client({ name: 'idempotency-self-check', version: '0' });
   const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();

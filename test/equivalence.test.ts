@@ -1,0 +1,228 @@
+// SEP-3182 equivalence, as properties: the same tool name and `arguments` equal as parsed
+// JSON values. Any other way of writing the same value is the same request; any real change
+// of a value, a key or the tool name is a different one.
+
+import { randomUUID } from 'node:crypto';
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { balanceOf } from '../client-demo.js';
+import {
+  callTool,
+  checkIdempotencyKey,
+  fingerprintToolCall,
+  IdempotencyErrorType,
+  idempotencyErrorOf,
+  MAX_IDEMPOTENCY_KEY_LENGTH,
+  MemoryIdempotencyStore,
+} from '../idempotency/index.js';
+import { connectInProcess, type InProcessConnection } from './support/in-process.js';
+import { errorFrom } from './support/sep-cases.js';
+
+type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+const jsonArguments = fc
+  .dictionary(fc.string(), fc.jsonValue({ maxDepth: 3 }))
+  .map((value): { [key: string]: Json } => JSON.parse(JSON.stringify(value)));
+
+// --- Another spelling of the same JSON value ---
+
+/** Writes `value` as JSON text with shuffled keys, random whitespace, escapes and number forms. */
+function respell(value: Json, g: fc.GeneratorValue): string {
+  const ws = () => g(fc.constantFrom, '', ' ', '\n', '\t  ');
+  if (value === null || typeof value === 'boolean') return JSON.stringify(value);
+  if (typeof value === 'number') return respellNumber(value, g);
+  if (typeof value === 'string') return respellString(value, g);
+  if (Array.isArray(value))
+    return `[${ws()}${value.map((v) => respell(v, g)).join(`${ws()},${ws()}`)}${ws()}]`;
+  const keys = g(fc.shuffledSubarray, Object.keys(value), { minLength: Object.keys(value).length });
+  const members = keys.map((k) => `${respellString(k, g)}${ws()}:${ws()}${respell(value[k] ?? null, g)}`);
+  return `{${ws()}${members.join(`${ws()},${ws()}`)}${ws()}}`;
+}
+
+function respellNumber(n: number, g: fc.GeneratorValue): string {
+  if (Number.isInteger(n) && Math.abs(n) < 1e15) {
+    return g(fc.constantFrom, `${n}`, `${n}.0`, `${n}.000`, `${n}e0`, `${n}E+0`, `${n}0e-1`);
+  }
+  // 17 significant digits always read back as the same double.
+  return g(fc.constantFrom, JSON.stringify(n), n.toPrecision(17), n.toExponential(16));
+}
+
+/** Each UTF-16 unit either as JSON would write it or as a \uXXXX escape. */
+function respellString(s: string, g: fc.GeneratorValue): string {
+  let out = '"';
+  for (let i = 0; i < s.length; i++) {
+    const unit = s.charCodeAt(i);
+    out += g(fc.boolean)
+      ? `\\u${unit.toString(16).padStart(4, '0')}`
+      : JSON.stringify(String.fromCharCode(unit)).slice(1, -1);
+  }
+  return `${out}"`;
+}
+
+// --- A real change, and an equality written independently of the fingerprint ---
+
+function jsonEqual(a: Json, b: Json): boolean {
+  if (a === null || b === null || typeof a !== 'object' || typeof b !== 'object') return a === b;
+  if (Array.isArray(a) || Array.isArray(b)) {
+    return (
+      Array.isArray(a) &&
+      Array.isArray(b) &&
+      a.length === b.length &&
+      a.every((v, i) => jsonEqual(v, b[i] ?? null))
+    );
+  }
+  const keys = Object.keys(a);
+  return (
+    keys.length === Object.keys(b).length &&
+    keys.every((k) => Object.hasOwn(b, k) && jsonEqual(a[k] ?? null, b[k] ?? null))
+  );
+}
+
+const anyJson = (g: fc.GeneratorValue): Json => JSON.parse(JSON.stringify(g(fc.jsonValue, { maxDepth: 1 })));
+
+/** Changes one thing somewhere in `value`: a leaf, a key name, a member added or removed. */
+function mutate(value: Json, g: fc.GeneratorValue): Json {
+  if (typeof value !== 'object' || value === null || g(fc.nat, 3) === 0) return anyJson(g);
+  if (Array.isArray(value)) {
+    if (value.length === 0) return [anyJson(g)];
+    const i = g(fc.nat, value.length - 1);
+    return value.map((v, j) => (j === i ? mutate(v, g) : v));
+  }
+  return mutateMembers(value, g);
+}
+
+/** Changes one thing inside an object, which stays an object (as `arguments` must). */
+function mutateMembers(value: { [key: string]: Json }, g: fc.GeneratorValue): { [key: string]: Json } {
+  const keys = Object.keys(value);
+  const how = keys.length === 0 ? 'add' : g(fc.constantFrom, 'add', 'remove', 'rename', 'descend');
+  const key = keys[g(fc.nat, Math.max(0, keys.length - 1))] ?? '';
+  const copy = { ...value };
+  if (how === 'add') copy[g(fc.string)] = anyJson(g);
+  if (how === 'remove') delete copy[key];
+  if (how === 'rename') {
+    const moved = copy[key] ?? null;
+    delete copy[key];
+    copy[`${key}${g(fc.string, { minLength: 1 })}`] = moved;
+  }
+  if (how === 'descend') copy[key] = mutate(copy[key] ?? null, g);
+  return copy;
+}
+
+const fingerprint = (name: string, args: unknown): string => {
+  const result = fingerprintToolCall(name, args);
+  if (!result.ok) throw new Error(result.reason);
+  return result.fingerprint;
+};
+
+describe('equivalent requests', () => {
+  it('fingerprint alike however their arguments are spelled (key order, whitespace, 1 vs 1.0, escapes)', () => {
+    fc.assert(
+      fc.property(jsonArguments, fc.gen(), (args, g) => {
+        const respelled: unknown = JSON.parse(respell(args, g));
+        expect(fingerprint('charge', respelled)).toBe(fingerprint('charge', args));
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('treat an absent arguments object as {}', () => {
+    expect(fingerprint('t', undefined)).toBe(fingerprint('t', {}));
+  });
+});
+
+describe('different requests', () => {
+  it('fingerprint apart when any value, key or member really changes', () => {
+    fc.assert(
+      fc.property(jsonArguments, fc.gen(), (args, g) => {
+        const changed: Json = JSON.parse(JSON.stringify(mutate(args, g)));
+        fc.pre(!jsonEqual(args, changed));
+        expect(fingerprint('charge', changed)).not.toBe(fingerprint('charge', args));
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('fingerprint apart when only the tool name changes', () => {
+    fc.assert(
+      fc.property(jsonArguments, fc.string(), fc.string(), (args, a, b) => {
+        fc.pre(a !== b);
+        expect(fingerprint(a, args)).not.toBe(fingerprint(b, args));
+      }),
+    );
+  });
+
+  it('are not Unicode-normalised: é and e + combining acute differ', () => {
+    expect(fingerprint('t', { memo: '\u00e9' })).not.toBe(fingerprint('t', { memo: 'e\u0301' }));
+  });
+
+  it('keep a distinction between a value and the same value nested', () => {
+    expect(fingerprint('t', { a: [1] })).not.toBe(fingerprint('t', { a: 1 }));
+    expect(fingerprint('t', { a: '1' })).not.toBe(fingerprint('t', { a: 1 }));
+  });
+});
+
+describe('arguments that cannot be compared', () => {
+  it('are refused under a key (1e400 parses to Infinity), with the reason', () => {
+    expect(fingerprintToolCall('t', JSON.parse('{"a":1e400}'))).toMatchObject({
+      ok: false,
+      reason: /Infinity/,
+    });
+  });
+});
+
+describe('through the real guard', () => {
+  let server: InProcessConnection;
+  beforeAll(async () => {
+    server = await connectInProcess({ store: new MemoryIdempotencyStore() });
+  });
+  afterAll(async () => {
+    await server?.close();
+  });
+
+  it('replays a respelled request and refuses a changed one, charging once per key', async () => {
+    let charged = 0;
+    await fc.assert(
+      fc.asyncProperty(jsonArguments, fc.gen(), async (extra, g) => {
+        const args = { ...extra, amount: 1 };
+        const changed = mutateMembers(args, g);
+        fc.pre(!jsonEqual(args, changed));
+        const idempotencyKey = randomUUID();
+        const call = { name: 'charge_guarded', idempotencyKey };
+
+        const first = await callTool(server.client, { ...call, arguments: args });
+        charged += first.isError ? 0 : 1;
+        const respelled = JSON.parse(respell(args, g));
+        expect(await callTool(server.client, { ...call, arguments: respelled })).toStrictEqual(first);
+        const error = await errorFrom(callTool(server.client, { ...call, arguments: changed }));
+        expect(idempotencyErrorOf(error)?.type).toBe(IdempotencyErrorType.conflict);
+        expect(await balanceOf(server.client)).toBe(charged);
+      }),
+      { numRuns: 100 },
+    );
+  });
+});
+
+describe('idempotency keys', () => {
+  const wellFormedKey = fc.string({ unit: 'grapheme', minLength: 1, maxLength: 80 }).filter((s) => {
+    const length = [...s].length;
+    return length >= 1 && length <= MAX_IDEMPOTENCY_KEY_LENGTH && !/\p{Cc}/u.test(s);
+  });
+
+  it('are accepted whenever they are 1–255 characters of well-formed text without controls', () => {
+    fc.assert(
+      fc.property(wellFormedKey, (key) => {
+        expect(checkIdempotencyKey(key)).toStrictEqual({ ok: true, key });
+      }),
+    );
+  });
+
+  it('are refused with a control character anywhere in them', () => {
+    fc.assert(
+      fc.property(wellFormedKey, fc.nat(), fc.integer({ min: 0, max: 0x1f }), (key, at, control) => {
+        const i = at % (key.length + 1);
+        const bad = key.slice(0, i) + String.fromCharCode(control) + key.slice(i);
+        expect(checkIdempotencyKey(bad).ok).toBe(false);
+      }),
+    );
+  });
+});

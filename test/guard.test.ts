@@ -1,0 +1,183 @@
+// The guard in process, where the test owns the clock, the store and the caller's scope.
+
+import { randomUUID } from 'node:crypto';
+import { afterEach, describe, expect, it } from 'vitest';
+import { balanceOf } from '../client-demo.js';
+import {
+  type Claim,
+  callTool,
+  IdempotencyErrorType,
+  type IdempotencyStore,
+  INTERNAL_ERROR,
+  idempotencyErrorOf,
+  installIdempotencyGuard,
+  MemoryIdempotencyStore,
+  verifyGuardSeesKeys,
+} from '../idempotency/index.js';
+import { MemoryLedger } from '../ledger.js';
+import { connectInProcess, type InProcessConnection, ManualClock } from './support/in-process.js';
+import { errorFrom, textOf } from './support/sep-cases.js';
+
+const RETENTION_MS = 300_000;
+const open: InProcessConnection[] = [];
+
+async function connect(options: Parameters<typeof connectInProcess>[0]): Promise<InProcessConnection> {
+  const connection = await connectInProcess(options);
+  open.push(connection);
+  return connection;
+}
+
+afterEach(async () => {
+  await Promise.all(open.splice(0).map((c) => c.close()));
+});
+
+const charge = (amount: number, idempotencyKey: string = randomUUID()) => ({
+  name: 'charge_guarded',
+  arguments: { amount },
+  idempotencyKey,
+});
+
+describe('retention', () => {
+  it('replays within the retention window, then evicts the record and executes the key again', async () => {
+    const clock = new ManualClock();
+    const store = new MemoryIdempotencyStore({ now: clock.now });
+    const { client } = await connect({ store, retentionMs: RETENTION_MS });
+    const call = charge(100);
+
+    await callTool(client, call);
+    clock.advance(RETENTION_MS - 1);
+    await callTool(client, call);
+    expect(await balanceOf(client)).toBe(100);
+
+    clock.advance(1);
+    const again = await callTool(client, call);
+    expect(textOf(again)).toBe('Charged 100. New balance: 200');
+    expect(store.size).toBe(1);
+  });
+
+  it('evicts expired records from memory on the next keyed call, not merely ignores them', async () => {
+    const clock = new ManualClock();
+    const store = new MemoryIdempotencyStore({ now: clock.now });
+    const { client } = await connect({ store, retentionMs: RETENTION_MS });
+    for (let i = 0; i < 50; i++) await callTool(client, charge(1));
+    expect(store.size).toBe(50);
+    clock.advance(RETENTION_MS);
+    await callTool(client, charge(1));
+    expect(store.size).toBe(1);
+  });
+});
+
+describe('the record cap', () => {
+  it('refuses a new key when every record is live, and executes nothing', async () => {
+    const store = new MemoryIdempotencyStore({ maxRecords: 3, now: new ManualClock().now });
+    const { client } = await connect({ store });
+    for (let i = 0; i < 3; i++) await callTool(client, charge(1));
+    const error = await errorFrom(callTool(client, charge(1)));
+    expect(idempotencyErrorOf(error)).toMatchObject({
+      code: INTERNAL_ERROR,
+      type: IdempotencyErrorType.storeFull,
+    });
+    expect(await balanceOf(client)).toBe(3);
+  });
+
+  it('still replays the live records it holds while full', async () => {
+    const store = new MemoryIdempotencyStore({ maxRecords: 1, now: new ManualClock().now });
+    const { client } = await connect({ store });
+    const call = charge(5);
+    const first = await callTool(client, call);
+    expect(await callTool(client, call)).toStrictEqual(first);
+  });
+
+  it('drops expired records first, then accepts the new key', async () => {
+    const clock = new ManualClock();
+    const store = new MemoryIdempotencyStore({ maxRecords: 2, now: clock.now });
+    const { client } = await connect({ store, retentionMs: RETENTION_MS });
+    await callTool(client, charge(1));
+    await callTool(client, charge(1));
+    clock.advance(RETENTION_MS);
+    await callTool(client, charge(1));
+    expect(await balanceOf(client)).toBe(3);
+  });
+});
+
+describe('scope: the caller’s authorization boundary', () => {
+  it('never replays one caller’s result to another caller using the same key', async () => {
+    const store = new MemoryIdempotencyStore();
+    const ledger = new MemoryLedger();
+    const alice = await connect({ store, ledger, scope: 'alice' });
+    const bob = await connect({ store, ledger, scope: 'bob' });
+    const key = 'shared-key';
+
+    const aliceFirst = await callTool(alice.client, charge(100, key));
+    const bobFirst = await callTool(bob.client, charge(100, key));
+    expect(textOf(aliceFirst)).toBe('Charged 100. New balance: 100');
+    expect(textOf(bobFirst)).toBe('Charged 100. New balance: 200');
+    expect(await callTool(alice.client, charge(100, key))).toStrictEqual(aliceFirst);
+    expect(await callTool(bob.client, charge(100, key))).toStrictEqual(bobFirst);
+    expect(await ledger.balance()).toBe(200);
+  });
+
+  it('never answers one caller with a conflict from another caller’s record', async () => {
+    const store = new MemoryIdempotencyStore();
+    const alice = await connect({ store, scope: 'alice' });
+    const bob = await connect({ store, scope: 'bob' });
+    await callTool(alice.client, charge(100, 'k'));
+    const bobs = await callTool(bob.client, charge(999, 'k'));
+    expect(textOf(bobs)).toBe('Charged 999. New balance: 999');
+  });
+});
+
+describe('a store that cannot be reached', () => {
+  const unreachable: IdempotencyStore = {
+    claim: () => Promise.reject(new Error('ECONNREFUSED')),
+    complete: () => Promise.reject(new Error('ECONNREFUSED')),
+    clear: () => Promise.resolve(),
+  };
+
+  it('fails the keyed call closed: a clear error and no charge', async () => {
+    const { client, decisions } = await connect({ store: unreachable });
+    const error = await errorFrom(callTool(client, charge(100)));
+    expect(idempotencyErrorOf(error)).toMatchObject({
+      code: INTERNAL_ERROR,
+      type: IdempotencyErrorType.storeUnavailable,
+    });
+    expect(await balanceOf(client)).toBe(0);
+    expect(decisions.map((d) => d.decision)).toStrictEqual(['storeUnavailable']);
+  });
+
+  it('still serves calls without a key', async () => {
+    const { client } = await connect({ store: unreachable });
+    await callTool(client, { name: 'charge_unguarded', arguments: { amount: 1 } });
+    expect(await balanceOf(client)).toBe(1);
+  });
+
+  it('answers the caller even when only the record write fails, and says so in the log', async () => {
+    const claimsOnly: IdempotencyStore = {
+      claim: (id, fingerprint): Promise<Claim> =>
+        Promise.resolve({ state: 'claimed', ticket: { ...id, fingerprint, token: 't' } }),
+      complete: () => Promise.reject(new Error('connection reset')),
+      clear: () => Promise.resolve(),
+    };
+    const { client, decisions } = await connect({ store: claimsOnly });
+    expect(textOf(await callTool(client, charge(100)))).toBe('Charged 100. New balance: 100');
+    expect(decisions.map((d) => d.decision)).toStrictEqual(['unrecorded']);
+  });
+});
+
+describe('installing the guard', () => {
+  it('refuses to install before any tool exists, rather than guard nothing', async () => {
+    const { McpServer } = await import('@modelcontextprotocol/sdk/server/mcp.js');
+    const empty = new McpServer({ name: 'empty', version: '0' });
+    expect(() => installIdempotencyGuard(empty.server, { store: new MemoryIdempotencyStore() })).toThrow(
+      /register tools before installing the guard/,
+    );
+  });
+
+  it('passes the start-up self-check with this SDK', async () => {
+    await expect(verifyGuardSeesKeys()).resolves.toBeUndefined();
+  });
+
+  it('fails the start-up self-check loudly when keys stop reaching the guard', async () => {
+    await expect(verifyGuardSeesKeys(() => {})).rejects.toThrow(/executed 2 times.*refusing to start/);
+  });
+});

@@ -1,0 +1,101 @@
+// A client the project did not build on the SDK: JSON-RPC lines written by hand to a real
+// server process's stdin, answers read from its stdout. It sees the bytes on the wire, so it
+// catches anything that only works because both ends share the SDK's quirks.
+
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const ANSWER_TIMEOUT_MS = 10_000;
+
+export interface RawAnswer {
+  /** The line exactly as the server wrote it. */
+  line: string;
+  message: Record<string, unknown>;
+}
+
+export class RawStdioPeer {
+  /** Every stdout line, in order, parsed or not. */
+  readonly stdoutLines: string[] = [];
+  readonly stderrLines: string[] = [];
+  private readonly waiting = new Map<string, (answer: RawAnswer) => void>();
+  private nextId = 1;
+
+  private constructor(private readonly child: ChildProcessWithoutNullStreams) {
+    createInterface({ input: child.stdout }).on('line', (line) => {
+      this.stdoutLines.push(line);
+      let message: unknown;
+      try {
+        message = JSON.parse(line);
+      } catch {
+        return; // kept in stdoutLines, where the protocol-only test finds it
+      }
+      if (typeof message !== 'object' || message === null) return;
+      const id: unknown = Reflect.get(message, 'id');
+      const resolve = this.waiting.get(JSON.stringify(id));
+      if (resolve && ('result' in message || 'error' in message)) {
+        this.waiting.delete(JSON.stringify(id));
+        resolve({ line, message: Object.fromEntries(Object.entries(message)) });
+      }
+    });
+    createInterface({ input: child.stderr }).on('line', (line) => this.stderrLines.push(line));
+  }
+
+  /** Spawns server.ts with `args` and completes the initialize handshake by hand. */
+  static async start(args: string[] = []): Promise<{ peer: RawStdioPeer; initialize: RawAnswer }> {
+    const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'server.ts'), ...args], {
+      cwd: ROOT,
+    });
+    const peer = new RawStdioPeer(child);
+    const initialize = await peer.request('initialize', {
+      protocolVersion: '2025-11-25',
+      capabilities: {},
+      clientInfo: { name: 'raw-json-rpc', version: '0' },
+    });
+    peer.writeLine('{"jsonrpc":"2.0","method":"notifications/initialized"}');
+    return { peer, initialize };
+  }
+
+  writeLine(line: string): void {
+    this.child.stdin.write(`${line}\n`);
+  }
+
+  /** Sends a request built from `params` and waits for the answer with its id. */
+  request(method: string, params: unknown): Promise<RawAnswer> {
+    const id = this.nextId++;
+    return this.requestLine(id, JSON.stringify({ jsonrpc: '2.0', id, method, params }));
+  }
+
+  /** Sends `line` verbatim (hand-written JSON) and waits for the answer with `id`. */
+  requestLine(id: number | string, line: string): Promise<RawAnswer> {
+    const answer = new Promise<RawAnswer>((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new Error(`no answer to id ${id} within ${ANSWER_TIMEOUT_MS} ms`)),
+        ANSWER_TIMEOUT_MS,
+      );
+      this.waiting.set(JSON.stringify(id), (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      });
+    });
+    this.writeLine(line);
+    return answer;
+  }
+
+  /** The guard's decision log lines, parsed. */
+  decisions(): Array<Record<string, unknown>> {
+    return this.stderrLines
+      .filter((line) => line.includes('"event":"idempotency"'))
+      .map((line) => Object.fromEntries(Object.entries(JSON.parse(line))));
+  }
+
+  async stop(): Promise<void> {
+    if (this.child.exitCode !== null) return;
+    const exited = new Promise((resolve) => this.child.once('exit', resolve));
+    this.child.stdin.end();
+    this.child.kill('SIGTERM');
+    await exited;
+  }
+}

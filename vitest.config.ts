@@ -1,0 +1,10 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    include: ['test/**/*.test.ts'],
+    // Every end-to-end test spawns real server processes; give a slow CI machine room.
+    testTimeout: 30_000,
+    hookTimeout: 30_000,
+  },
+});
