@@ -105,7 +105,13 @@ async function guardToolCall(
   const tool = typeof params.name === 'string' ? params.name : undefined;
   const decide = (decision: Decision, id?: Partial<RecordId>, message?: string) => {
     try {
-      settings.onDecision({ decision, ...id, tool, message, durationMs: roundMs(performance.now() - started) });
+      settings.onDecision({
+        decision,
+        ...id,
+        tool,
+        message,
+        durationMs: roundMs(performance.now() - started),
+      });
     } catch {
       // A failing log line must never change what the caller is answered.
     }
