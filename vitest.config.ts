@@ -6,5 +6,8 @@ export default defineConfig({
     // Every end-to-end test spawns real server processes; give a slow CI machine room.
     testTimeout: 30_000,
     hookTimeout: 30_000,
+    // The JSON report is what .ci/run counts; the default reporter is for people.
+    reporters: ['default', 'json'],
+    outputFile: { json: 'test-results/vitest.json' },
   },
 });
