@@ -4,11 +4,14 @@
 // that need a charge still running), runs the scenarios, and ends with a table of every
 // expectation. It exits non-zero if any failed, so CI runs it as an end-to-end assertion.
 
+import { spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
+import { createInterface } from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { isDeepStrictEqual } from 'node:util';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import {
   advertisesIdempotency,
@@ -19,6 +22,7 @@ import {
   INVALID_PARAMS,
   idempotencyErrorOf,
 } from './idempotency/index.js';
+import { closeRedis, connectRedis } from './idempotency/redis-store.js';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 
@@ -56,6 +60,74 @@ export async function connectToServer(args: string[] = []): Promise<ServerConnec
   const client = new Client({ name: 'sep-3182-client-demo', version: '0.1.0' });
   await client.connect(transport);
   return { client, rawCapabilities: await capabilities, stderrLines, close: () => client.close() };
+}
+
+/** A server process serving stateless Streamable HTTP on loopback. */
+export interface HttpInstance {
+  url: URL;
+  stderrLines: string[];
+  /** The guard's decision log lines, parsed. */
+  decisions(): Array<Record<string, unknown>>;
+  /** SIGKILL, as a crash would; resolves when the process is gone. */
+  kill(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+const START_TIMEOUT_MS = 15_000;
+
+/** Spawns `server.ts --http --port 0 …args` and waits for its "listening" line. */
+export async function startHttpInstance(
+  args: string[] = [],
+  env: NodeJS.ProcessEnv = {},
+): Promise<HttpInstance> {
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', join(HERE, 'server.ts'), '--http', '--port', '0', ...args],
+    {
+      cwd: HERE,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  );
+  const stderrLines: string[] = [];
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const url = await new Promise<URL>((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(new Error(`server did not start: ${stderrLines.join('\n')}`)),
+      START_TIMEOUT_MS,
+    );
+    child.once('exit', (code) => reject(new Error(`server exited with ${code}: ${stderrLines.join('\n')}`)));
+    createInterface({ input: child.stderr }).on('line', (line) => {
+      stderrLines.push(line);
+      const match = /"event":"listening".*"url":"([^"]+)"/.exec(line);
+      if (match?.[1]) {
+        clearTimeout(timer);
+        resolve(new URL(match[1]));
+      }
+    });
+  });
+  const end = async (signal: NodeJS.Signals) => {
+    if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+    await exited;
+  };
+  return {
+    url,
+    stderrLines,
+    decisions: () =>
+      stderrLines
+        .filter((line) => line.includes('"event":"idempotency"'))
+        .map((line) => Object.fromEntries(Object.entries(JSON.parse(line)))),
+    kill: () => end('SIGKILL'),
+    stop: () => end('SIGTERM'),
+  };
+}
+
+/** An SDK client over Streamable HTTP, optionally presenting a bearer token. */
+export async function connectHttpClient(url: URL, token?: string): Promise<Client> {
+  const headers: Record<string, string> = token ? { Authorization: `Bearer ${token}` } : {};
+  const client = new Client({ name: 'sep-3182-client-demo', version: '0.1.0' });
+  await client.connect(new StreamableHTTPClientTransport(url, { requestInit: { headers } }));
+  return client;
 }
 
 // --- Small helpers the scenarios share ---
@@ -296,8 +368,153 @@ function printTable(): void {
   );
 }
 
-async function main(): Promise<void> {
-  say('SEP-3182 request idempotency: the TypeScript demo');
+// --- Scale-out: two stateless HTTP instances sharing one Redis ---
+
+const DEMO_TOKENS = { alice: 'token-a', bob: 'token-b' };
+const DEMO_REDIS_PREFIX = 'sep3182:demo:';
+
+interface ScaleOut {
+  a: HttpInstance;
+  b: HttpInstance;
+  close(): Promise<void>;
+}
+
+async function startScaleOut(redisUrl: string): Promise<ScaleOut> {
+  const args = ['--store', 'redis', '--redis-url', redisUrl, '--redis-prefix', DEMO_REDIS_PREFIX];
+  const env = { DEMO_BEARER_TOKENS: `alice:${DEMO_TOKENS.alice},bob:${DEMO_TOKENS.bob}` };
+  const [a, b] = await Promise.all([
+    startHttpInstance([...args, '--charge-latency-ms', String(SLOW_CHARGE_MS)], env),
+    startHttpInstance([...args, '--charge-latency-ms', String(SLOW_CHARGE_MS)], env),
+  ]);
+  return { a, b, close: async () => void (await Promise.all([a.stop(), b.stop()])) };
+}
+
+function keyedDecisions(instance: HttpInstance, idempotencyKey: string): string[] {
+  return instance
+    .decisions()
+    .filter((d) => d.idempotencyKey === idempotencyKey)
+    .map((d) => String(d.decision));
+}
+
+async function retryLandsElsewhere({ a, b }: ScaleOut): Promise<void> {
+  const s = '7 scale-out retry';
+  heading(
+    'Scenario 7: the retry lands on another instance',
+    `Alice's call reaches instance A (a ${SLOW_CHARGE_MS} ms charge); her client gives up after ${IMPATIENT_TIMEOUT_MS} ms; the retry goes to instance B.`,
+  );
+  const [viaA, viaB] = await Promise.all([
+    connectHttpClient(a.url, DEMO_TOKENS.alice),
+    connectHttpClient(b.url, DEMO_TOKENS.alice),
+  ]);
+  try {
+    await resetLedger(viaA);
+    const { result, attempts, idempotencyKey } = await callToolIdempotently(
+      [viaA, viaB],
+      { name: 'charge_guarded', arguments: { amount: 100 } },
+      {
+        policy: {
+          timeoutMs: IMPATIENT_TIMEOUT_MS,
+          initialBackoffMs: 100,
+          maxBackoffMs: 300,
+          maxAttempts: 30,
+        },
+        onAttempt: (t) =>
+          say(
+            `  attempt ${t.attempt} → instance ${t.client === 0 ? 'A' : 'B'} at ${Math.round(t.elapsedMs)} ms: ${t.outcome}`,
+          ),
+      },
+    );
+    say(`  final answer: ${textOf(result)}`);
+    const second = attempts[1];
+    expect(
+      s,
+      'the first attempt, on A, timed out',
+      attempts[0]?.outcome === 'timedOut' && attempts[0].client === 0,
+      `${attempts[0]?.outcome}`,
+    );
+    expect(
+      s,
+      'the retry on B got in progress while A still ran',
+      second?.client === 1 && second.outcome === 'inProgress',
+      `${second?.outcome}`,
+    );
+    expect(
+      s,
+      'a later retry got the stored response',
+      textOf(result) === 'Charged 100. New balance: 100',
+      textOf(result),
+    );
+    const onA = keyedDecisions(a, idempotencyKey);
+    const onB = keyedDecisions(b, idempotencyKey);
+    say(`  instance A decided: ${onA.join(', ')}`);
+    say(`  instance B decided: ${onB.join(', ')}`);
+    expect(
+      s,
+      'only A executed; B never did',
+      onA.filter((d) => d === 'executed').length === 1 && !onB.includes('executed'),
+      `A: ${onA.length}, B: ${onB.length} decisions`,
+    );
+    const balance = await balanceOf(viaB);
+    expect(s, 'one charge in the shared ledger', balance === 100, `balance ${balance}`);
+  } finally {
+    await Promise.all([viaA.close(), viaB.close()]);
+  }
+}
+
+async function principalsShareNothing({ a, b }: ScaleOut): Promise<void> {
+  const s = '8 per-principal scope';
+  heading(
+    'Scenario 8: two principals, one key',
+    'Alice (on A) and Bob (on B) both send charge_guarded(100) with the same key, then retry on the other instance.',
+  );
+  const clients = await Promise.all([
+    connectHttpClient(a.url, DEMO_TOKENS.alice),
+    connectHttpClient(b.url, DEMO_TOKENS.alice),
+    connectHttpClient(b.url, DEMO_TOKENS.bob),
+    connectHttpClient(a.url, DEMO_TOKENS.bob),
+  ]);
+  const [aliceA, aliceB, bobB, bobA] = clients;
+  if (!aliceA || !aliceB || !bobB || !bobA) throw new Error('unreachable: four clients were connected');
+  try {
+    await resetLedger(aliceA);
+    const idempotencyKey = crypto.randomUUID();
+    const call = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey };
+    const alice = await callTool(aliceA, call);
+    const bob = await callTool(bobB, call);
+    say(`  alice on A: ${textOf(alice)}`);
+    say(`  bob on B:   ${textOf(bob)}   <- his own execution, not alice's stored response`);
+    const aliceRetry = await callTool(aliceB, call);
+    const bobRetry = await callTool(bobA, call);
+    expect(
+      s,
+      "bob's call executed on its own, not replaying alice's",
+      textOf(bob) === 'Charged 100. New balance: 200',
+      textOf(bob),
+    );
+    expect(
+      s,
+      'each retry, on the other instance, replays its own principal’s response',
+      isDeepStrictEqual(aliceRetry, alice) && isDeepStrictEqual(bobRetry, bob),
+      'alice ↔ alice, bob ↔ bob',
+    );
+    const balance = await balanceOf(aliceB);
+    expect(s, 'each principal charged once', balance === 200, `balance ${balance}`);
+  } finally {
+    await Promise.all(clients.map((c) => c.close()));
+  }
+}
+
+/** Resolves to whether a Redis answers at `url`, within a second. */
+async function redisReachable(url: string): Promise<boolean> {
+  try {
+    await closeRedis(await connectRedis(url, { connectTimeoutMs: 1_000 }));
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function runStdioScenarios(): Promise<void> {
   const fast = await connectToServer();
   const slow = await connectToServer(['--charge-latency-ms', String(SLOW_CHARGE_MS)]);
   try {
@@ -311,6 +528,35 @@ async function main(): Promise<void> {
   } finally {
     await fast.close();
     await slow.close();
+  }
+}
+
+async function runScaleOutScenarios(redisUrl: string): Promise<void> {
+  const cluster = await startScaleOut(redisUrl);
+  try {
+    await retryLandsElsewhere(cluster);
+    await principalsShareNothing(cluster);
+  } finally {
+    await cluster.close();
+  }
+}
+
+async function main(): Promise<void> {
+  const scaleOnly = process.argv.includes('--scale');
+  const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+  say('SEP-3182 request idempotency: the TypeScript demo');
+  if (!scaleOnly) await runStdioScenarios();
+  if (await redisReachable(redisUrl)) {
+    await runScaleOutScenarios(redisUrl);
+  } else if (scaleOnly) {
+    throw new Error(
+      `the scale-out scenarios need Redis, and none answers at ${redisUrl}: start redis-server or set REDIS_URL`,
+    );
+  } else {
+    say();
+    say(
+      `== Scenarios 7–8 (scale-out on Redis) skipped: no Redis at ${redisUrl}. Start redis-server or set REDIS_URL; \`npm run demo:scale\` requires it.`,
+    );
   }
   printTable();
   process.exitCode = expectations.every((e) => e.passed) && expectations.length > 0 ? 0 : 1;

@@ -4,6 +4,8 @@
 // pass a key along. Its latency is configurable so the demo can hold a charge open long
 // enough for a duplicate to arrive, or for the client to give up waiting.
 
+import type { RedisClientType } from '@redis/client';
+
 export interface Ledger {
   /** Commits `amount` (minor units) and returns the new balance. */
   charge(amount: number): Promise<number>;
@@ -29,5 +31,41 @@ export class MemoryLedger implements Ledger {
 
   async reset(): Promise<void> {
     this.total = 0;
+  }
+}
+
+// --- The same provider, shared by every server instance ---
+//
+// When the dedup store is Redis, the demo runs several instances, and a charge must land in
+// one balance whichever instance ran it, or a double charge could hide in two ledgers.
+// INCRBY is atomic, so concurrent charges from any number of instances all add up.
+
+/** Where the balance lives unless told otherwise. */
+export const DEFAULT_LEDGER_KEY = 'sep3182:ledger:balance';
+
+export class RedisLedger implements Ledger {
+  /**
+   * @param client a connected client, owned (and closed) by the caller
+   * @param latencyMs how long the provider takes before a charge commits
+   * @param key where the balance lives
+   */
+  constructor(
+    private readonly client: RedisClientType,
+    private readonly latencyMs = 0,
+    readonly key = DEFAULT_LEDGER_KEY,
+  ) {}
+
+  async charge(amount: number): Promise<number> {
+    if (this.latencyMs > 0) await new Promise((resolve) => setTimeout(resolve, this.latencyMs));
+    return this.client.incrBy(this.key, amount);
+  }
+
+  async balance(): Promise<number> {
+    const balance = await this.client.get(this.key);
+    return balance === null ? 0 : Number(balance);
+  }
+
+  async reset(): Promise<void> {
+    await this.client.del(this.key);
   }
 }

@@ -10,6 +10,7 @@ import { parseArgs } from 'node:util';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { z } from 'zod';
+import { type BearerTokens, parseBearerTokens, startHttpServer } from './http.js';
 import {
   DEFAULT_LEASE_MS,
   DEFAULT_MAX_RECORDS,
@@ -18,10 +19,12 @@ import {
   type IdempotencyStore,
   installIdempotencyGuard,
   MemoryIdempotencyStore,
+  principalScope,
   type ToolCallExtra,
   verifyGuardSeesKeys,
 } from './idempotency/index.js';
-import { type Ledger, MemoryLedger } from './ledger.js';
+import { closeRedis, connectRedis, RedisIdempotencyStore } from './idempotency/redis-store.js';
+import { type Ledger, MemoryLedger, RedisLedger } from './ledger.js';
 
 export const SERVER_INFO = { name: 'sep-3182-idempotency-demo', version: '0.1.0' };
 
@@ -120,6 +123,12 @@ export function createDemoServer(options: DemoServerOptions): McpServer {
 // --- Command line ---
 
 export interface ServerConfig {
+  transport: 'stdio' | 'http';
+  host: string;
+  port: number;
+  store: 'memory' | 'redis';
+  redisUrl: string;
+  redisPrefix: string;
   chargeLatencyMs: number;
   retentionMs: number;
   maxRecords: number;
@@ -127,23 +136,45 @@ export interface ServerConfig {
 }
 
 const USAGE = `Usage: tsx server.ts [options]
+  --http                    serve stateless Streamable HTTP at /mcp instead of stdio
+  --host H                  HTTP host (default 127.0.0.1)
+  --port N                  HTTP port (default 3000; 0 picks a free one)
+  --store memory|redis      where idempotency records live (default memory)
+  --redis-url URL           default $REDIS_URL, else redis://127.0.0.1:6379
+  --redis-prefix P          prefix of every Redis key this server writes (default sep3182:)
   --charge-latency-ms N     the simulated provider takes N ms per charge (default 0)
   --retention-seconds N     how long a completed key is remembered (default ${DEFAULT_RETENTION_MS / 1000})
-  --max-records N           cap on stored idempotency records (default ${DEFAULT_MAX_RECORDS})
-  --in-progress-lease-ms N  how long an unfinished claim holds its key (default ${DEFAULT_LEASE_MS})`;
+  --max-records N           cap on records in the memory store (default ${DEFAULT_MAX_RECORDS})
+  --in-progress-lease-ms N  how long an unfinished claim holds its key (default ${DEFAULT_LEASE_MS})
+Environment: DEMO_BEARER_TOKENS="alice:token-a,bob:token-b" requires bearer auth over HTTP.`;
 
-export function parseServerArgs(argv: string[]): ServerConfig {
+export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process.env): ServerConfig {
   const { values } = parseArgs({
     args: argv,
     strict: true,
     options: {
+      http: { type: 'boolean', default: false },
+      host: { type: 'string', default: '127.0.0.1' },
+      port: { type: 'string', default: '3000' },
+      store: { type: 'string', default: 'memory' },
+      'redis-url': { type: 'string', default: env.REDIS_URL ?? 'redis://127.0.0.1:6379' },
+      'redis-prefix': { type: 'string', default: 'sep3182:' },
       'charge-latency-ms': { type: 'string', default: '0' },
       'retention-seconds': { type: 'string', default: String(DEFAULT_RETENTION_MS / 1000) },
       'max-records': { type: 'string', default: String(DEFAULT_MAX_RECORDS) },
       'in-progress-lease-ms': { type: 'string', default: String(DEFAULT_LEASE_MS) },
     },
   });
+  const store = values.store;
+  if (store !== 'memory' && store !== 'redis')
+    throw new Error(`--store must be memory or redis, got "${store}"`);
   return {
+    transport: values.http ? 'http' : 'stdio',
+    host: values.host,
+    port: integerOption('--port', values.port, 0),
+    store,
+    redisUrl: values['redis-url'],
+    redisPrefix: values['redis-prefix'],
     chargeLatencyMs: integerOption('--charge-latency-ms', values['charge-latency-ms'], 0),
     retentionMs: 1000 * integerOption('--retention-seconds', values['retention-seconds'], 1),
     maxRecords: integerOption('--max-records', values['max-records'], 1),
@@ -161,29 +192,85 @@ function integerOption(name: string, raw: string, min: number): number {
 
 /** One JSON line per keyed decision on stderr; stdout belongs to the protocol. */
 export function logDecision(event: DecisionEvent): void {
-  process.stderr.write(
-    `${JSON.stringify({ time: new Date().toISOString(), event: 'idempotency', ...event })}\n`,
-  );
+  log({ time: new Date().toISOString(), event: 'idempotency', ...event });
+}
+
+function log(entry: Record<string, unknown>): void {
+  process.stderr.write(`${JSON.stringify(entry)}\n`);
+}
+
+/** The dedup store and the ledger: both in this process, or both shared in Redis. */
+async function openBackends(
+  config: ServerConfig,
+): Promise<{ store: IdempotencyStore; ledger: Ledger; close(): Promise<void> }> {
+  if (config.store === 'memory') {
+    return {
+      store: new MemoryIdempotencyStore({ maxRecords: config.maxRecords }),
+      ledger: new MemoryLedger(config.chargeLatencyMs),
+      close: async () => {},
+    };
+  }
+  const client = await connectRedis(config.redisUrl, {
+    onError: (error) => log({ event: 'redis', error: String(error) }),
+  });
+  return {
+    store: new RedisIdempotencyStore(client, { keyPrefix: `${config.redisPrefix}idem:` }),
+    ledger: new RedisLedger(client, config.chargeLatencyMs, `${config.redisPrefix}ledger:balance`),
+    close: () => closeRedis(client),
+  };
 }
 
 async function main(): Promise<void> {
   let config: ServerConfig;
+  let bearerTokens: BearerTokens | undefined;
   try {
     config = parseServerArgs(process.argv.slice(2));
+    const tokens = process.env.DEMO_BEARER_TOKENS;
+    bearerTokens = tokens === undefined ? undefined : parseBearerTokens(tokens);
   } catch (error) {
     process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n${USAGE}\n`);
     process.exit(2);
   }
   await verifyGuardSeesKeys();
-  const server = createDemoServer({
-    ledger: new MemoryLedger(config.chargeLatencyMs),
-    store: new MemoryIdempotencyStore({ maxRecords: config.maxRecords }),
+  const backends = await openBackends(config);
+  const serverOptions: DemoServerOptions = {
+    ...backends,
     retentionMs: config.retentionMs,
     leaseMs: config.leaseMs,
     onDecision: logDecision,
+  };
+  const { redisUrl: _, ...shown } = config;
+  const closers: Array<() => Promise<void>> = [];
+  const shutdown = async () => {
+    for (const close of closers.reverse()) await close();
+    await backends.close();
+    process.exit(0);
+  };
+  process.on('SIGTERM', shutdown).on('SIGINT', shutdown);
+
+  if (config.transport === 'stdio') {
+    const server = createDemoServer(serverOptions);
+    await server.connect(new StdioServerTransport());
+    // The SDK's stdio transport does not notice its input ending; a Redis connection would
+    // keep the process alive after the client is gone.
+    process.stdin.on('end', shutdown);
+    log({ event: 'listening', ...shown });
+    return;
+  }
+  const http = await startHttpServer({
+    host: config.host,
+    port: config.port,
+    bearerTokens,
+    // Stateless: a fresh server for every request, its scope read from the request's auth.
+    createServer: () => createDemoServer({ ...serverOptions, scopeOf: principalScope }),
   });
-  await server.connect(new StdioServerTransport());
-  process.stderr.write(`${JSON.stringify({ event: 'listening', transport: 'stdio', ...config })}\n`);
+  closers.push(http.close);
+  log({
+    event: 'listening',
+    ...shown,
+    url: http.url.href,
+    auth: bearerTokens ? [...bearerTokens.keys()] : 'none',
+  });
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {

@@ -57,6 +57,8 @@ export type AttemptOutcome = 'answered' | 'timedOut' | 'inProgress' | 'storeUnav
 
 export interface Attempt {
   attempt: number;
+  /** Which of the given clients carried it (always 0 with one client). */
+  client: number;
   outcome: AttemptOutcome;
   idempotencyKey: string;
   elapsedMs: number;
@@ -73,19 +75,23 @@ export interface IdempotentCallOptions {
  * every retry. A new key on retry is exactly the double charge this mechanism prevents.
  * Retries after a timeout (the answer may be lost, not the work) and after an answer that
  * says "nothing happened yet, try again later"; any other failure is the caller's to see.
+ * Given several clients (instances behind a load balancer, in miniature), attempt n goes to
+ * client n mod count, so a retry lands on another instance, as it would in production.
  */
 export async function callToolIdempotently(
-  client: Client,
+  clients: Client | readonly Client[],
   call: ToolCall,
   options: IdempotentCallOptions = {},
 ): Promise<{ result: CallToolResult; idempotencyKey: string; attempts: Attempt[] }> {
   const policy = { ...DEFAULT_RETRY_POLICY, ...options.policy };
+  const pool = Array.isArray(clients) ? clients : [clients];
   const idempotencyKey = randomUUID();
   const attempts: Attempt[] = [];
   const started = performance.now();
   const note = (outcome: AttemptOutcome) => {
-    const attempt = {
+    const attempt: Attempt = {
       attempt: attempts.length + 1,
+      client: attempts.length % pool.length,
       outcome,
       idempotencyKey,
       elapsedMs: performance.now() - started,
@@ -96,6 +102,8 @@ export async function callToolIdempotently(
 
   for (;;) {
     try {
+      const client = pool[attempts.length % pool.length];
+      if (!client) throw new Error('callToolIdempotently needs at least one client');
       const result = await callTool(client, { ...call, idempotencyKey }, { timeout: policy.timeoutMs });
       note('answered');
       return { result, idempotencyKey, attempts };

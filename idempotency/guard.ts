@@ -26,6 +26,18 @@ export const DEFAULT_LEASE_MS = 120_000;
 /** Over stdio the caller is the local user: one authorization boundary, one scope. */
 export const LOCAL_SCOPE = 'local';
 
+/** Callers that present no credentials all share this scope. */
+export const ANONYMOUS_SCOPE = 'anonymous';
+
+/**
+ * The scope of an authenticated request: the principal the bearer token belongs to (the
+ * SDK's `authInfo.clientId`). Without auth every caller shares one anonymous scope, and then
+ * a key guessed or reused by another caller does replay: deploy with auth where that matters.
+ */
+export function principalScope(extra: ToolCallExtra): string {
+  return extra.authInfo ? `principal:${extra.authInfo.clientId}` : ANONYMOUS_SCOPE;
+}
+
 export type Decision =
   | 'executed'
   | 'replayed'

@@ -1,0 +1,145 @@
+// The SEP-3182 cases over stateless Streamable HTTP: the same cases as over stdio, the same
+// guard, one server process per connection, a fresh McpServer for every request.
+
+import { randomUUID } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { connectHttp, type HttpInstance, startHttpInstance } from './support/http.js';
+import { describeSepCases } from './support/sep-cases.js';
+
+describeSepCases('stateless Streamable HTTP (memory store)', (args) => connectHttp(args));
+
+const ToolResponse = z.object({
+  result: z.looseObject({
+    structuredContent: z.object({ charged: z.number().optional(), balance: z.number() }),
+  }),
+});
+
+describe('stateless HTTP without a session', () => {
+  let server: HttpInstance;
+  beforeAll(async () => {
+    server = await startHttpInstance();
+  });
+  afterAll(async () => {
+    await server.stop();
+  });
+
+  const post = (body: unknown, headers: Record<string, string> = {}) =>
+    fetch(server.url, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        ...headers,
+      },
+      body: JSON.stringify(body),
+    });
+
+  it('serves a keyed tools/call with no initialize before it, and replays it', async () => {
+    const params = { name: 'charge_guarded', arguments: { amount: 5 }, idempotencyKey: randomUUID() };
+    const first = await post({ jsonrpc: '2.0', id: 1, method: 'tools/call', params });
+    const retry = await post({ jsonrpc: '2.0', id: 1, method: 'tools/call', params });
+    expect(first.status).toBe(200);
+    expect(await retry.text()).toBe(await first.text());
+    expect(first.headers.get('mcp-session-id')).toBeNull();
+  });
+
+  it('refuses a body over the size limit with 413 and a JSON-RPC error, without buffering it', async () => {
+    const response = await post({
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'tools/call',
+      params: { blob: 'x'.repeat(5 * 1024 * 1024) },
+    });
+    expect(response.status).toBe(413);
+    expect(await response.json()).toMatchObject({
+      error: { code: -32600, message: 'Request body too large' },
+    });
+  });
+
+  it('refuses a request for another Host name (DNS-rebinding protection)', async () => {
+    // fetch may not set Host, so this one request goes through node:http.
+    const status = await new Promise<number | undefined>((resolve, reject) => {
+      const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' });
+      const req = httpRequest(
+        server.url,
+        { method: 'POST', headers: { host: 'attacker.example', 'content-type': 'application/json' } },
+        (res) => {
+          res.resume();
+          resolve(res.statusCode);
+        },
+      );
+      req.on('error', reject);
+      req.end(body);
+    });
+    expect(status).toBe(403);
+  });
+
+  it('answers GET with 405: there is no session stream to open', async () => {
+    const response = await fetch(server.url);
+    expect(response.status).toBe(405);
+    expect(response.headers.get('allow')).toBe('POST');
+  });
+});
+
+describe('bearer auth and per-principal scope', () => {
+  let server: HttpInstance;
+  beforeAll(async () => {
+    server = await startHttpInstance([], { DEMO_BEARER_TOKENS: 'alice:token-a,bob:token-b' });
+  });
+  afterAll(async () => {
+    await server.stop();
+  });
+
+  const call = (token: string | undefined, params: Record<string, unknown>) =>
+    fetch(server.url, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        ...(token ? { authorization: `Bearer ${token}` } : {}),
+      },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params }),
+    });
+  const resultOf = async (response: Promise<Response>) =>
+    ToolResponse.parse(await (await response).json()).result;
+  const balance = async (token: string) =>
+    (await resultOf(call(token, { name: 'get_balance', arguments: {} }))).structuredContent.balance;
+
+  it('refuses a request with no token, or an unknown one, with 401, and runs nothing', async () => {
+    const before = await balance('token-a');
+    const charge = { name: 'charge_unguarded', arguments: { amount: 1 } };
+    const missing = await call(undefined, charge);
+    const unknown = await call('token-z', charge);
+    expect(missing.status).toBe(401);
+    expect(unknown.status).toBe(401);
+    expect(missing.headers.get('www-authenticate')).toMatch(/^Bearer error="invalid_token"/);
+    expect(await balance('token-a')).toBe(before);
+  });
+
+  it('gives bob his own execution under alice’s key: no replay of her result, no conflict', async () => {
+    const key = randomUUID();
+    const before = await balance('token-a');
+    const alice = await resultOf(
+      call('token-a', { name: 'charge_guarded', arguments: { amount: 10 }, idempotencyKey: key }),
+    );
+    const bob = await resultOf(
+      call('token-b', { name: 'charge_guarded', arguments: { amount: 99 }, idempotencyKey: key }),
+    );
+    const aliceAgain = await resultOf(
+      call('token-a', { name: 'charge_guarded', arguments: { amount: 10 }, idempotencyKey: key }),
+    );
+    expect(alice.structuredContent).toStrictEqual({ charged: 10, balance: before + 10 });
+    expect(bob.structuredContent).toStrictEqual({ charged: 99, balance: before + 109 });
+    expect(aliceAgain).toStrictEqual(alice);
+    expect(await balance('token-b')).toBe(before + 109);
+  });
+
+  it('logs each decision under the principal’s scope', async () => {
+    const key = randomUUID();
+    await call('token-b', { name: 'get_balance', arguments: {}, idempotencyKey: key });
+    const logged = server.decisions().filter((d) => d.idempotencyKey === key);
+    expect(logged.map((d) => [d.decision, d.scope])).toStrictEqual([['executed', 'principal:bob']]);
+  });
+});
