@@ -10,8 +10,7 @@
 // coerced, defaulted or stripped them: two requests a schema would reshape alike are still
 // different requests.
 
-import { createHash } from 'node:crypto';
-import canonicalize from 'canonicalize';
+import { hash } from 'node:crypto';
 
 export type Fingerprint = string;
 
@@ -21,7 +20,7 @@ export function fingerprintToolCall(name: unknown, args: unknown): FingerprintRe
   let canonical: string | undefined;
   try {
     // SEP: an absent `arguments` is the same request as `{}`.
-    canonical = canonicalize([name, args === undefined ? {} : args]);
+    canonical = canonicalize([name, args === undefined ? {} : args], new Set());
   } catch (error) {
     // JSON.parse turns 1e400 into Infinity, which RFC 8785 cannot write; and very deep
     // nesting can exhaust the stack. Neither can be compared, so neither may be keyed.
@@ -29,7 +28,95 @@ export function fingerprintToolCall(name: unknown, args: unknown): FingerprintRe
     return { ok: false, reason };
   }
   if (canonical === undefined) return { ok: false, reason: 'not a JSON value' };
-  return { ok: true, fingerprint: createHash('sha256').update(canonical).digest('base64url') };
+  // One-shot `hash`, not `createHash`: the same SHA-256, without a Hash object per call.
+  return { ok: true, fingerprint: hash('sha256', canonical, 'base64url') };
+}
+
+// --- RFC 8785 (JSON Canonicalization Scheme) ---
+//
+// Written out rather than taken from the `canonicalize` package, for speed only: that
+// package checks strings for lone surrogates one UTF-16 unit at a time in JavaScript and
+// calls JSON.stringify and Array.prototype.sort for every string and object, which made a
+// 100 KB `arguments` cost milliseconds. Its output, and the reason it refuses a value, are
+// kept exactly (package version 4.0.0), for every input: test/equivalence.test.ts holds
+// this code to the package, which stays as the tests' reference. (Only the depth at which
+// nesting exhausts the stack differs; it depends on the stack and the JIT, and never was fixed.)
+//   - Members sorted by their names' UTF-16 code units.
+//   - Strings and numbers as ECMAScript's JSON.stringify writes them, which is what RFC 8785
+//     specifies; a string with a lone surrogate and a non-finite number are refused.
+//   - `undefined` and symbol members are left out; in arrays they are written as null.
+
+/**
+ * A string with none of these is written as it is, in quotes; any other goes through
+ * JSON.stringify. JSON.stringify escapes the quote, the backslash and U+0000 to U+001F;
+ * Cc also holds U+007F to U+009F, which it leaves alone: a slower path, the same output.
+ */
+const MAY_NEED_ESCAPE = /["\\\p{Cc}]/u;
+
+function canonicalize(value: unknown, ancestors: Set<object>): string | undefined {
+  switch (typeof value) {
+    case 'string':
+      if (!value.isWellFormed()) throw new Error('Lone surrogate is not allowed');
+      return MAY_NEED_ESCAPE.test(value) ? JSON.stringify(value) : `"${value}"`;
+    case 'number':
+      if (Number.isNaN(value)) throw new Error('NaN is not allowed');
+      if (!Number.isFinite(value)) throw new Error('Infinity is not allowed');
+      // Number::toString, exactly as JSON.stringify writes a finite number (-0 as 0).
+      return String(value);
+    case 'object':
+      if (value === null) return 'null';
+      break;
+    default:
+      return JSON.stringify(value);
+  }
+
+  // Values JSON.parse cannot produce (a `toJSON`, a cycle) only reach here in process.
+  if (ancestors.has(value)) throw new Error('Circular reference detected');
+  const toJSON: unknown = Reflect.get(value, 'toJSON');
+  ancestors.add(value);
+  let out: string | undefined;
+  if (typeof toJSON === 'function') {
+    out = canonicalize(Reflect.apply(toJSON, value, []), ancestors);
+  } else if (Array.isArray(value)) {
+    out = '[';
+    for (let i = 0; i < value.length; i++) {
+      if (i > 0) out += ',';
+      // A hole (never in parsed JSON) is written as nothing, as Array.prototype.map leaves it.
+      if (!(i in value)) continue;
+      const item: unknown = value[i];
+      out += canonicalize(item === undefined || typeof item === 'symbol' ? null : item, ancestors) ?? '';
+    }
+    out += ']';
+  } else {
+    out = '{';
+    let first = true;
+    for (const key of sortedKeys(value)) {
+      const member: unknown = Reflect.get(value, key);
+      if (member === undefined || typeof member === 'symbol') continue;
+      out += `${first ? '' : ','}${canonicalize(key, ancestors)}:${canonicalize(member, ancestors)}`;
+      first = false;
+    }
+    out += '}';
+  }
+  ancestors.delete(value);
+  return out;
+}
+
+/**
+ * Own enumerable names in UTF-16 code unit order (what `<` compares, and the default sort).
+ * An insertion sort: objects in arguments have a handful of members, often already in
+ * order, where it is several times faster than Array.prototype.sort.
+ */
+function sortedKeys(value: object): string[] {
+  const keys = Object.keys(value);
+  if (keys.length > 32) return keys.sort();
+  for (let i = 1; i < keys.length; i++) {
+    const key = keys[i] ?? '';
+    let j = i - 1;
+    for (; j >= 0 && (keys[j] ?? '') > key; j--) keys[j + 1] = keys[j] ?? '';
+    keys[j + 1] = key;
+  }
+  return keys;
 }
 
 function errorMessage(error: unknown): string {

@@ -2,7 +2,8 @@
 // JSON values. Any other way of writing the same value is the same request; any real change
 // of a value, a key or the tool name is a different one.
 
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
+import canonicalize from 'canonicalize';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { balanceOf } from '../client-demo.js';
@@ -41,7 +42,15 @@ function respell(value: Json, g: fc.GeneratorValue): string {
 
 function respellNumber(n: number, g: fc.GeneratorValue): string {
   if (Number.isInteger(n) && Math.abs(n) < 1e15) {
-    return g(fc.constantFrom, `${n}`, `${n}.0`, `${n}.000`, `${n}e0`, `${n}E+0`, `${n}0e-1`);
+    return g(
+      fc.constantFrom,
+      `${n}`,
+      `${n}.0`,
+      `${n}.000`,
+      `${n}e0`,
+      `${n}E+0`,
+      n === 0 ? '0e-1' : `${n}0e-1`,
+    );
   }
   // 17 significant digits always read back as the same double.
   return g(fc.constantFrom, JSON.stringify(n), n.toPrecision(17), n.toExponential(16));
@@ -158,6 +167,56 @@ describe('different requests', () => {
   it('keep a distinction between a value and the same value nested', () => {
     expect(fingerprint('t', { a: [1] })).not.toBe(fingerprint('t', { a: 1 }));
     expect(fingerprint('t', { a: '1' })).not.toBe(fingerprint('t', { a: 1 }));
+  });
+});
+
+// --- The fingerprint is RFC 8785 as the `canonicalize` package writes it ---
+//
+// fingerprint.ts writes RFC 8785 itself, for speed; the package it replaced is the oracle.
+
+describe('the fingerprint', () => {
+  /** JSON text that JSON.parse turns into every kind of value the guard can be sent. */
+  const wireArguments = fc
+    .dictionary(
+      fc.string({ unit: 'binary' }),
+      fc.oneof(
+        fc.jsonValue().map((value) => JSON.stringify(value)),
+        fc.string({ unit: 'binary' }).map((text) => JSON.stringify(text)),
+        fc.constantFrom(
+          '1e400',
+          '-0',
+          '1.0',
+          '"\\ud800"',
+          '{"10":1,"9":2,"a":3,"A":4}',
+          '{"__proto__":{"x":1}}',
+        ),
+      ),
+    )
+    .map((members): unknown =>
+      JSON.parse(
+        `{${Object.entries(members)
+          .map(([key, json]) => `${JSON.stringify(key)}:${json}`)
+          .join(',')}}`,
+      ),
+    );
+
+  it('is SHA-256 of what the canonicalize package writes, and refuses what it refuses, with its reason', () => {
+    fc.assert(
+      fc.property(fc.string({ unit: 'binary' }), wireArguments, (name, args: unknown) => {
+        let expected: { ok: true; fingerprint: string } | { ok: false; reason: string };
+        try {
+          const canonical = canonicalize([name, args]);
+          expected =
+            canonical === undefined
+              ? { ok: false, reason: 'not a JSON value' }
+              : { ok: true, fingerprint: createHash('sha256').update(canonical).digest('base64url') };
+        } catch (error) {
+          expected = { ok: false, reason: error instanceof Error ? error.message : String(error) };
+        }
+        expect(fingerprintToolCall(name, args)).toStrictEqual(expected);
+      }),
+      { numRuns: 2_000 },
+    );
   });
 });
 
