@@ -8,10 +8,10 @@
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
-import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { z } from 'zod';
 import { type BearerTokens, parseBearerTokens, startHttpServer } from './http.js';
 import {
+  ClaimsInFlight,
   DEFAULT_LEASE_MS,
   DEFAULT_MAX_RECORDS,
   DEFAULT_RETENTION_MS,
@@ -25,6 +25,7 @@ import {
 } from './idempotency/index.js';
 import { closeRedis, connectRedis, RedisIdempotencyStore } from './idempotency/redis-store.js';
 import { type Ledger, MemoryLedger, RedisLedger } from './ledger.js';
+import { serveStdio } from './stdio.js';
 
 export const SERVER_INFO = { name: 'sep-3182-idempotency-demo', version: '0.1.0' };
 
@@ -233,27 +234,38 @@ async function main(): Promise<void> {
   }
   await verifyGuardSeesKeys();
   const backends = await openBackends(config);
+  const claims = new ClaimsInFlight(backends.store);
   const serverOptions: DemoServerOptions = {
     ...backends,
+    store: claims,
     retentionMs: config.retentionMs,
     leaseMs: config.leaseMs,
     onDecision: logDecision,
   };
   const { redisUrl: _, ...shown } = config;
   const closers: Array<() => Promise<void>> = [];
-  const shutdown = async () => {
-    for (const close of closers.reverse()) await close();
-    await backends.close();
-    process.exit(0);
+  let stopping: Promise<void> | undefined;
+  const shutdown = () => {
+    stopping ??= (async () => {
+      // Stop taking requests (HTTP), let the keyed calls under way be recorded (waiting a
+      // lease at most), then close.
+      for (const close of closers.reverse()) await close();
+      await claims.settled(config.leaseMs);
+      await backends.close();
+      process.exit(0);
+    })();
+    return stopping;
   };
   process.on('SIGTERM', shutdown).on('SIGINT', shutdown);
 
   if (config.transport === 'stdio') {
-    const server = createDemoServer(serverOptions);
-    await server.connect(new StdioServerTransport());
+    const input = await serveStdio(createDemoServer(serverOptions));
     // The SDK's stdio transport does not notice its input ending; a Redis connection would
-    // keep the process alive after the client is gone.
-    process.stdin.on('end', shutdown);
+    // keep the process alive after the client is gone. (The filter ends once the transport
+    // has read every line, so no call already sent is cut off.)
+    input.on('end', shutdown);
+    // A client that hung up mid-call cannot read its answer; the call is recorded all the same.
+    process.stdout.on('error', () => {});
     log({ event: 'listening', ...shown });
     return;
   }

@@ -1,6 +1,7 @@
 // SEP-3182 request idempotency for MCP servers built on the TypeScript SDK: lift this folder
 // into your server, register your tools, then call `installIdempotencyGuard`.
 
+export * from './claims-in-flight.js';
 export * from './client.js';
 export * from './errors.js';
 export * from './fingerprint.js';

@@ -1,0 +1,75 @@
+// --- Stopping without abandoning a claim ---
+//
+// A keyed call still running when the process is told to stop (SIGTERM, or a stdio client
+// that hangs up mid-call) holds an in-progress claim. Exiting then would leave its key in
+// progress until the lease ends, and the retry after that would execute again: a charge the
+// provider may already have committed would be made twice. So the store the guard uses is
+// wrapped to count open claims, and stopping waits for them to be recorded first.
+
+import type { Fingerprint } from './fingerprint.js';
+import type { Claim, ClaimTicket, IdempotencyStore, RecordId, StoredResponse } from './store.js';
+
+/** An `IdempotencyStore` that knows how many of its claims are still open. */
+export class ClaimsInFlight implements IdempotencyStore {
+  private open = 0;
+  private readonly waiting = new Set<() => void>();
+
+  constructor(private readonly store: IdempotencyStore) {}
+
+  async claim(id: RecordId, fingerprint: Fingerprint, leaseMs: number): Promise<Claim> {
+    // Open from the moment it is asked for: a claim still on its way to Redis counts too.
+    this.open += 1;
+    let claim: Claim | undefined;
+    try {
+      claim = await this.store.claim(id, fingerprint, leaseMs);
+      return claim;
+    } finally {
+      if (claim?.state !== 'claimed') this.close();
+    }
+  }
+
+  async complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<void> {
+    try {
+      await this.store.complete(ticket, response, retentionMs);
+    } finally {
+      // The guard completes every claim it gets, whatever the dispatch answered.
+      this.close();
+    }
+  }
+
+  clear(): Promise<void> {
+    return this.store.clear();
+  }
+
+  /**
+   * Resolves once every open claim is recorded and answered, or after `ms`. Waiting longer
+   * than one lease is pointless: by then the key is free for a retry anyway.
+   */
+  async settled(ms: number): Promise<void> {
+    // Let calls already read get as far as their claim (the guard starts in a microtask).
+    await nextTurn();
+    if (this.open > 0) {
+      let wake = () => {};
+      const done = new Promise<void>((resolve) => {
+        wake = resolve;
+      });
+      this.waiting.add(wake);
+      const timer = setTimeout(wake, ms);
+      await done;
+      clearTimeout(timer);
+      this.waiting.delete(wake);
+    }
+    // Let the answers of the calls just recorded be written.
+    await nextTurn();
+  }
+
+  private close(): void {
+    this.open -= 1;
+    if (this.open === 0) for (const wake of this.waiting) wake();
+  }
+}
+
+/** After every microtask queued so far: the SDK's dispatch and answers are chains of them. */
+function nextTurn(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
