@@ -91,8 +91,25 @@ export class RawStdioPeer {
       .map((line) => Object.fromEntries(Object.entries(JSON.parse(line))));
   }
 
+  /** The server process, for reading its memory from /proc. */
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
+  /**
+   * Hangs up as a client process that dies would: closes the server's stdin and stops reading
+   * its stdout, sends no signal. Resolves with the exit code once the server has exited.
+   */
+  async disconnect(): Promise<number | null> {
+    if (this.child.exitCode !== null) return this.child.exitCode;
+    const exited = new Promise<number | null>((resolve) => this.child.once('exit', resolve));
+    this.child.stdin.end();
+    this.child.stdout.destroy();
+    return exited;
+  }
+
   async stop(): Promise<void> {
-    if (this.child.exitCode !== null) return;
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
     const exited = new Promise((resolve) => this.child.once('exit', resolve));
     this.child.stdin.end();
     this.child.kill('SIGTERM');

@@ -1,0 +1,361 @@
+// The server driven by clients this project did not write on top of the TypeScript SDK 1.x:
+// JSON-RPC written by hand, over stdio and over HTTP with fetch, and the MCP Inspector's CLI
+// (2.x is built on the SDK 2.x client, another implementation) for calls without a key. Anything
+// that only works because both ends share the SDK 1.x client's quirks fails here.
+
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
+import { existsSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { IdempotencyErrorType, INVALID_PARAMS } from '../idempotency/index.js';
+import { postRaw } from './support/hostile.js';
+import { type HttpInstance, startHttpInstance } from './support/http.js';
+import { type RawAnswer, RawStdioPeer } from './support/raw-stdio.js';
+import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix, waitUntil } from './support/redis.js';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+const SLOW_CHARGE_MS = 600;
+
+function field(value: unknown, name: string): unknown {
+  return typeof value === 'object' && value !== null ? Reflect.get(value, name) : undefined;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The answer line with its id blanked, so two answers can be compared byte for byte. */
+const withoutId = (line: string) => line.replace(/"id":("[^"]*"|\d+)/, '"id":_');
+
+// --- stdio, by hand ---
+
+describe('hand-written JSON-RPC over stdio, from the first byte', () => {
+  let peer: RawStdioPeer;
+  let slow: RawStdioPeer;
+  let initialize: RawAnswer;
+
+  beforeAll(async () => {
+    const [fast, slowStart] = await Promise.all([
+      RawStdioPeer.start(),
+      RawStdioPeer.start(['--charge-latency-ms', String(SLOW_CHARGE_MS)]),
+    ]);
+    ({ peer, initialize } = fast);
+    slow = slowStart.peer;
+  });
+  afterAll(async () => {
+    await Promise.all([peer?.stop(), slow?.stop()]);
+  });
+
+  const call = (target: RawStdioPeer, id: string | number, params: Record<string, unknown>) =>
+    target.requestLine(id, JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params }));
+
+  it('completes the handshake a client writes itself, and finds tools.idempotency in it', () => {
+    expect(initialize.message).toMatchObject({
+      jsonrpc: '2.0',
+      result: {
+        protocolVersion: '2025-11-25',
+        capabilities: { tools: { idempotency: {} } },
+        serverInfo: { name: 'sep-3182-idempotency-demo' },
+      },
+    });
+  });
+
+  it('answers an older client in the protocol version it asked for', async () => {
+    const answer = await initializeWith('2025-03-26');
+    expect(field(answer.result, 'protocolVersion')).toBe('2025-03-26');
+    expect(field(field(answer.result, 'capabilities'), 'tools')).toMatchObject({ idempotency: {} });
+  });
+
+  it('lists the tools with a JSON Schema for each one’s arguments', async () => {
+    const { message } = await peer.request('tools/list', {});
+    const tools = field(message.result, 'tools');
+    expect(Array.isArray(tools) ? tools.map((t) => field(t, 'name')).sort() : tools).toStrictEqual([
+      'charge_guarded',
+      'charge_unguarded',
+      'get_balance',
+      'reset_ledger',
+    ]);
+    const charge = Array.isArray(tools)
+      ? tools.find((t) => field(t, 'name') === 'charge_guarded')
+      : undefined;
+    expect(field(charge, 'inputSchema')).toMatchObject({
+      type: 'object',
+      properties: { amount: { type: 'integer' } },
+      required: ['amount'],
+    });
+  });
+
+  it('answers ping', async () => {
+    const { line } = await peer.requestLine('p', '{"jsonrpc":"2.0","id":"p","method":"ping"}');
+    expect(line).toBe('{"result":{},"jsonrpc":"2.0","id":"p"}');
+  });
+
+  it('replays a keyed call to a string id and a number id with the same bytes', async () => {
+    const params = { name: 'charge_guarded', arguments: { amount: 7 }, idempotencyKey: randomUUID() };
+    const first = await call(peer, 'first', params);
+    const retry = await call(peer, 9001, params);
+    expect(first.line).toContain('"id":"first"');
+    expect(retry.line).toContain('"id":9001');
+    expect(withoutId(retry.line)).toBe(withoutId(first.line));
+    expect(first.message.result).toMatchObject({ structuredContent: { charged: 7 } });
+  });
+
+  it('executes calls without a key every time, as before the SEP', async () => {
+    const first = await call(peer, 'u1', { name: 'charge_unguarded', arguments: { amount: 1 } });
+    const second = await call(peer, 'u2', { name: 'charge_unguarded', arguments: { amount: 1 } });
+    const before = Number(field(field(first.message.result, 'structuredContent'), 'balance'));
+    expect(field(second.message.result, 'structuredContent')).toStrictEqual({
+      charged: 1,
+      balance: before + 1,
+    });
+  });
+
+  it('answers a duplicate in flight with in-progress at once, and a cancelled call is charged once and replayed', async () => {
+    await call(slow, 'reset', { name: 'reset_ledger', arguments: {} });
+    const idempotencyKey = randomUUID();
+    const params = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey };
+    slow.writeLine(JSON.stringify({ jsonrpc: '2.0', id: 'original', method: 'tools/call', params }));
+    await sleep(SLOW_CHARGE_MS / 4);
+    const duplicate = await call(slow, 'duplicate', params);
+    expect(duplicate.message.error).toStrictEqual({
+      code: INVALID_PARAMS,
+      message: 'A request with this idempotencyKey is still in progress; retry later with the same key',
+      data: { type: IdempotencyErrorType.inProgress, idempotencyKey },
+    });
+    // The client gives up on the original, as a timed-out client does: the server never answers it.
+    slow.writeLine(
+      JSON.stringify({
+        jsonrpc: '2.0',
+        method: 'notifications/cancelled',
+        params: { requestId: 'original', reason: 'timeout' },
+      }),
+    );
+    await sleep(SLOW_CHARGE_MS);
+    const retry = await call(slow, 'retry', params);
+    expect(field(retry.message.result, 'structuredContent')).toStrictEqual({ charged: 100, balance: 100 });
+    expect(slow.stdoutLines.some((line) => line.includes('"id":"original"'))).toBe(false);
+    // The decision log is on stderr, which can arrive a moment after the answer on stdout.
+    const decided = () =>
+      slow
+        .decisions()
+        .filter((d) => d.idempotencyKey === idempotencyKey)
+        .map((d) => d.decision);
+    await waitUntil(async () => decided().includes('replayed'), 2_000);
+    expect(decided()).toStrictEqual(['inProgress', 'executed', 'replayed']);
+  });
+});
+
+/** A fresh server process, asked for `protocolVersion` in the first line it reads; resolves with its answer. */
+async function initializeWith(protocolVersion: string): Promise<Record<string, unknown>> {
+  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'server.ts')], {
+    cwd: ROOT,
+    stdio: ['pipe', 'pipe', 'ignore'],
+  });
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  try {
+    child.stdin.write(
+      `${JSON.stringify({
+        jsonrpc: '2.0',
+        id: 0,
+        method: 'initialize',
+        params: { protocolVersion, capabilities: {}, clientInfo: { name: 'older', version: '0' } },
+      })}\n`,
+    );
+    const first: unknown[] = await Promise.race([
+      once(createInterface({ input: child.stdout }), 'line'),
+      sleep(15_000).then(() => []),
+    ]);
+    const [line] = first;
+    if (typeof line !== 'string') throw new Error('no initialize answer within 15 s');
+    return Object.fromEntries(Object.entries(JSON.parse(line)));
+  } finally {
+    child.kill('SIGKILL');
+    await exited;
+  }
+}
+
+// --- HTTP, by hand ---
+
+const redis = await startRedis();
+if (!redis) console.warn(REDIS_SKIP_REASON);
+
+afterAll(async () => {
+  await redis?.stop();
+});
+
+describe('hand-written HTTP requests (fetch), no MCP client at all', () => {
+  let server: HttpInstance;
+  beforeAll(async () => {
+    server = await startHttpInstance();
+  });
+  afterAll(async () => {
+    await server?.stop();
+  });
+
+  it('gets the capability from an initialize POST, with no session id (stateless)', async () => {
+    const response = await fetch(server.url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 0,
+        method: 'initialize',
+        params: {
+          protocolVersion: '2025-11-25',
+          capabilities: {},
+          clientInfo: { name: 'fetch', version: '0' },
+        },
+      }),
+    });
+    expect(response.status).toBe(200);
+    expect(response.headers.get('mcp-session-id')).toBeNull();
+    expect(field(await response.json(), 'result')).toMatchObject({
+      capabilities: { tools: { idempotency: {} } },
+    });
+  });
+
+  it('refuses a client that does not accept text/event-stream with 406, as the transport specification requires', async () => {
+    const response = await fetch(server.url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }),
+    });
+    expect(response.status).toBe(406);
+  });
+
+  it.skipIf(!redis)(
+    'replays a keyed call retried on a second instance sharing Redis, byte for byte',
+    async () => {
+      if (!redis) throw new Error('unreachable');
+      const prefix = uniqueKeyPrefix('independent');
+      const args = ['--store', 'redis', '--redis-url', redis.url, '--redis-prefix', prefix];
+      const [a, b] = await Promise.all([startHttpInstance(args), startHttpInstance(args)]);
+      try {
+        const body = JSON.stringify({
+          jsonrpc: '2.0',
+          id: 1,
+          method: 'tools/call',
+          params: { name: 'charge_guarded', arguments: { amount: 5 }, idempotencyKey: randomUUID() },
+        });
+        const first = await postRaw(a.url, body);
+        const retry = await postRaw(b.url, body);
+        expect(first.status).toBe(200);
+        expect(retry.text).toBe(first.text);
+        expect(first.text).toContain('"structuredContent":{"charged":5,"balance":5}');
+      } finally {
+        await Promise.all([a.stop(), b.stop()]);
+        await redis.flush(prefix);
+      }
+    },
+  );
+});
+
+// --- The MCP Inspector CLI ---
+
+const INSPECTOR = process.env.SEP3182_INSPECTOR ?? join(ROOT, 'node_modules', '.bin', 'mcp-inspector');
+const inspectorFound = existsSync(INSPECTOR);
+if (!inspectorFound) {
+  console.warn(
+    `MCP Inspector tests skipped: ${INSPECTOR} not found (install the @modelcontextprotocol/inspector devDependency, or set SEP3182_INSPECTOR)`,
+  );
+}
+
+/**
+ * Runs the Inspector's CLI mode; resolves with its JSON output. For an `isError` result some
+ * versions exit non-zero (2.x) and some 0 (0.x), printing the result either way: `toolError`
+ * accepts both. Its home is a scratch directory, so it writes nothing into the user's.
+ */
+async function inspector(args: string[], home: string, toolError = false): Promise<unknown> {
+  const child = spawn(process.execPath, [INSPECTOR, '--cli', ...args], {
+    cwd: ROOT,
+    env: { ...process.env, HOME: home },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (chunk: Buffer) => {
+    stdout += chunk.toString();
+  });
+  child.stderr.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+  clearTimeout(timer);
+  if (code !== 0 && !toolError) throw new Error(`inspector exited with ${code}: ${stderr}`);
+  return JSON.parse(stdout);
+}
+
+describe.skipIf(!inspectorFound)('the MCP Inspector CLI, calls without a key', () => {
+  const stdioServer = ['node', '--import', 'tsx', join(ROOT, 'server.ts')];
+  let home: string;
+  let server: HttpInstance;
+  beforeAll(async () => {
+    home = await mkdtemp(join(tmpdir(), 'sep3182-inspector-'));
+    server = await startHttpInstance();
+  });
+  afterAll(async () => {
+    await server?.stop();
+    if (home) await rm(home, { recursive: true, force: true });
+  });
+
+  it('lists the four tools over stdio', async () => {
+    const listed = await inspector([...stdioServer, '--method', 'tools/list'], home);
+    const tools = field(listed, 'tools');
+    expect(Array.isArray(tools) ? tools.map((t) => field(t, 'name')).sort() : tools).toStrictEqual([
+      'charge_guarded',
+      'charge_unguarded',
+      'get_balance',
+      'reset_ledger',
+    ]);
+  });
+
+  it('charges over stdio and reads the structured result', async () => {
+    const result = await inspector(
+      [
+        ...stdioServer,
+        '--method',
+        'tools/call',
+        '--tool-name',
+        'charge_unguarded',
+        '--tool-arg',
+        'amount=100',
+      ],
+      home,
+    );
+    expect(result).toStrictEqual({
+      content: [{ type: 'text', text: 'Charged 100. New balance: 100' }],
+      structuredContent: { charged: 100, balance: 100 },
+    });
+  });
+
+  it('charges every time over stateless HTTP, exactly as before the SEP', async () => {
+    const charge = [
+      server.url.href,
+      '--method',
+      'tools/call',
+      '--tool-name',
+      'charge_unguarded',
+      '--tool-arg',
+      'amount=100',
+    ];
+    const first = await inspector(charge, home);
+    const second = await inspector(charge, home);
+    expect(field(first, 'structuredContent')).toStrictEqual({ charged: 100, balance: 100 });
+    expect(field(second, 'structuredContent')).toStrictEqual({ charged: 100, balance: 200 });
+  });
+
+  it('gets the server’s own tool error for an invalid amount, as an isError result', async () => {
+    const result = await inspector(
+      [...stdioServer, '--method', 'tools/call', '--tool-name', 'charge_guarded', '--tool-arg', 'amount=-1'],
+      home,
+      true,
+    );
+    expect(field(result, 'isError')).toBe(true);
+    expect(JSON.stringify(field(result, 'content'))).toMatch(/amount/);
+  });
+});

@@ -1,0 +1,172 @@
+// Model-based tests of the guard: random programs of calls, slow charges, concurrent sends,
+// time passing and resets, run against the real guard and a small reference model of the
+// SEP's rules (test/support/guard-model.ts). After every step: every answer is the model's
+// (a replay equals the original answer; a conflict or in-progress answer never executes),
+// nothing executes that the model did not allow, each (scope, key) at most once per
+// retention window, and the provider's balance is the sum of the executions the model
+// allowed. At the end no call is left unanswered.
+//
+// SEP3182_LONG=1 runs ten times as many programs.
+
+import fc from 'fast-check';
+import { afterAll, describe, expect, it } from 'vitest';
+import { MemoryIdempotencyStore } from '../idempotency/index.js';
+import {
+  closeRedis,
+  connectRedis,
+  type RedisClient,
+  RedisIdempotencyStore,
+} from '../idempotency/redis-store.js';
+import {
+  CALLERS,
+  type ModelSettings,
+  programs,
+  type RealSystem,
+  runProgram,
+  startRealSystem,
+  tally,
+} from './support/guard-model.js';
+import { ManualClock } from './support/in-process.js';
+import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from './support/redis.js';
+
+const LONG = process.env.SEP3182_LONG === '1';
+const MEMORY_RUNS = LONG ? 2_000 : 200;
+const REDIS_RUNS = LONG ? 250 : 25;
+const MAX_COMMANDS = 30;
+
+/** Counted so the report can say how many programs and steps ran. */
+const ran = { memoryPrograms: 0, redisPrograms: 0 };
+
+describe('the guard with the memory store agrees with the reference model', () => {
+  const RETENTION_MS = 300_000;
+  const LEASE_MS = 120_000;
+  // Each side of the lease and retention edges, and past both.
+  const advances = [1, LEASE_MS - 1, LEASE_MS, RETENTION_MS - 1, RETENTION_MS, 2 * RETENTION_MS];
+
+  async function start(maxRecords: number): Promise<RealSystem> {
+    const clock = new ManualClock();
+    const store = new MemoryIdempotencyStore({ maxRecords, now: clock.now });
+    return startRealSystem({
+      storeFor: () => store,
+      retentionMs: RETENTION_MS,
+      leaseMs: LEASE_MS,
+      advance: async (ms) => clock.advance(ms),
+      settleMs: 0,
+      deadlineMs: 300,
+      close: async () => {},
+    });
+  }
+
+  it(
+    `over ${MEMORY_RUNS} random programs of up to ${MAX_COMMANDS} steps, with a roomy store and a full one`,
+    async () => {
+      const before = { ...tally };
+      await fc.assert(
+        fc.asyncProperty(
+          fc.constantFrom(1_000, 3),
+          programs(advances, MAX_COMMANDS),
+          async (maxRecords, commands) => {
+            ran.memoryPrograms += 1;
+            const settings: ModelSettings = {
+              retentionMs: RETENTION_MS,
+              leaseMs: LEASE_MS,
+              maxRecords,
+              expiry: 'lazy',
+            };
+            await runProgram(settings, () => start(maxRecords), commands);
+          },
+        ),
+        { numRuns: MEMORY_RUNS },
+      );
+      report('memory store', before);
+      expect(ran.memoryPrograms).toBeGreaterThanOrEqual(MEMORY_RUNS);
+    },
+    LONG ? 600_000 : 60_000,
+  );
+});
+
+const redis = await startRedis();
+if (!redis) console.warn(REDIS_SKIP_REASON);
+
+afterAll(async () => {
+  await redis?.stop();
+});
+
+/** Logs what one family of programs exercised (the counts RELIABILITY.md quotes). */
+function report(label: string, before: typeof tally): void {
+  const during = Object.fromEntries(
+    Object.entries(tally).map(([name, value]) => [name, value - (Reflect.get(before, name) ?? 0)]),
+  );
+  console.log(`model-based runs, ${label}: ${JSON.stringify(during)}`);
+}
+
+describe.skipIf(!redis)(
+  'the guard with the Redis store, three instances, agrees with the reference model',
+  () => {
+    // Redis keeps its own time; "time passing" shifts every record's TTL by the same amount. Steps
+    // are whole minutes, so the few real seconds a program takes never decide an expiry.
+    const RETENTION_MS = 600_000;
+    const LEASE_MS = 300_000;
+    const advances = [60_000, LEASE_MS, RETENTION_MS];
+
+    const SHIFT_TTLS = `
+local d = tonumber(ARGV[1])
+for _, key in ipairs(KEYS) do
+  local ttl = redis.call('PTTL', key)
+  if ttl >= 0 then
+    if ttl <= d then redis.call('DEL', key) else redis.call('PEXPIRE', key, ttl - d) end
+  end
+end
+return 0`;
+
+    async function start(): Promise<RealSystem> {
+      if (!redis) throw new Error('unreachable: skipped without Redis');
+      const admin = redis.admin;
+      const prefix = uniqueKeyPrefix('model');
+      const clients: RedisClient[] = [];
+      const stores: RedisIdempotencyStore[] = [];
+      for (const _ of CALLERS) {
+        const client = await connectRedis(redis.url);
+        clients.push(client);
+        stores.push(new RedisIdempotencyStore(client, { keyPrefix: prefix }));
+      }
+      return startRealSystem({
+        storeFor: (caller) => {
+          const store = stores[caller];
+          if (!store) throw new Error(`no store for caller ${caller}`);
+          return store;
+        },
+        retentionMs: RETENTION_MS,
+        leaseMs: LEASE_MS,
+        advance: async (ms) => {
+          const keys = await admin.keys(`${prefix}*`);
+          if (keys.length > 0) await admin.eval(SHIFT_TTLS, { keys, arguments: [String(ms)] });
+        },
+        settleMs: 2,
+        deadlineMs: 2_000,
+        close: async () => {
+          await Promise.all(clients.map((client) => closeRedis(client)));
+          await redis.flush(prefix);
+        },
+      });
+    }
+
+    it(
+      `over ${REDIS_RUNS} random programs of up to ${MAX_COMMANDS} steps, each instance on its own connection`,
+      async () => {
+        const before = { ...tally };
+        await fc.assert(
+          fc.asyncProperty(programs(advances, MAX_COMMANDS), async (commands) => {
+            ran.redisPrograms += 1;
+            const settings: ModelSettings = { retentionMs: RETENTION_MS, leaseMs: LEASE_MS, expiry: 'eager' };
+            await runProgram(settings, start, commands);
+          }),
+          { numRuns: REDIS_RUNS },
+        );
+        report('Redis store', before);
+        expect(ran.redisPrograms).toBeGreaterThanOrEqual(REDIS_RUNS);
+      },
+      LONG ? 600_000 : 60_000,
+    );
+  },
+);

@@ -1,0 +1,319 @@
+// --- Garbage for the wire, and the means to tell whether the server survived it ---
+//
+// Random mutations of valid `tools/call` requests (fields replaced by values of the wrong
+// type, removed, added; the JSON text truncated or corrupted), an oracle for what a JSON-RPC
+// 2.0 peer owes each line, a tally of what a run of them charged, and the server process's
+// resident memory as Linux reports it.
+
+import { type ChildProcess, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { isJSONRPCNotification, isJSONRPCRequest } from '@modelcontextprotocol/sdk/types.js';
+import fc from 'fast-check';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+// --- Mutations ---
+
+type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** Values of every type and a few with meaning here: wrong types, edge numbers, hostile strings. */
+const hostileValue: fc.Arbitrary<Json> = fc.oneof(
+  fc.constantFrom<Json>(null, '', 0, -1, 1.5, 2 ** 53, true, [], {}, '2.0', '1.0'),
+  fc.constantFrom<Json>(
+    'tools/call',
+    'tools/list',
+    'ping',
+    'charge_guarded',
+    'charge_unguarded',
+    'get_balance',
+  ),
+  fc.constantFrom<Json>('\u0000', 'a\nb', '\ud800', '\udc00x', '\u202e', '🔑'.repeat(300), 'x'.repeat(256)),
+  fc.integer(),
+  fc.double({ noNaN: true, noDefaultInfinity: true }),
+  fc.string({ unit: 'binary', maxLength: 40 }),
+  fc.jsonValue({ maxDepth: 2 }).map((v): Json => JSON.parse(JSON.stringify(v))),
+);
+
+const FIELDS = [
+  ['jsonrpc'],
+  ['id'],
+  ['method'],
+  ['params'],
+  ['params', 'name'],
+  ['params', 'arguments'],
+  ['params', 'arguments', 'amount'],
+  ['params', 'idempotencyKey'],
+  ['params', '_meta'],
+  ['params', 'extra'],
+  ['extra'],
+] as const;
+
+type Edit =
+  | { kind: 'set'; path: readonly string[]; value: Json }
+  | { kind: 'delete'; path: readonly string[] }
+  | { kind: 'truncate'; at: number }
+  | { kind: 'insert'; at: number; text: string }
+  | { kind: 'replace'; at: number; text: string }
+  | { kind: 'repeat'; at: number; length: number };
+
+const structuralEdit: fc.Arbitrary<Edit> = fc.oneof(
+  {
+    weight: 3,
+    arbitrary: fc.record({ kind: fc.constant('set'), path: fc.constantFrom(...FIELDS), value: hostileValue }),
+  },
+  fc.record({ kind: fc.constant('delete'), path: fc.constantFrom(...FIELDS) }),
+);
+
+/** Positions are fractions of the text's length, so they shrink and apply to any text. */
+const textEdit: fc.Arbitrary<Edit> = fc.oneof(
+  fc.record({ kind: fc.constant('truncate'), at: fc.nat(999) }),
+  fc.record({
+    kind: fc.constant('insert'),
+    at: fc.nat(999),
+    text: fc.string({ unit: 'binary', minLength: 1, maxLength: 3 }),
+  }),
+  fc.record({
+    kind: fc.constant('replace'),
+    at: fc.nat(999),
+    text: fc.constantFrom('"', '{', '}', ',', ':', '\\', ']', '0', 'x', '\u0000', '\ud800'),
+  }),
+  fc.record({ kind: fc.constant('repeat'), at: fc.nat(999), length: fc.integer({ min: 1, max: 30 }) }),
+);
+
+export interface Mutation {
+  /** The request before mutating. */
+  base: Record<string, Json>;
+  edits: Edit[];
+  /** The line as sent (no newline in it). */
+  line: string;
+}
+
+export function describeMutation(m: Mutation): string {
+  return `${m.line.slice(0, 300)}${m.line.length > 300 ? '…' : ''}  (edits: ${JSON.stringify(m.edits).slice(0, 300)})`;
+}
+
+/**
+ * A valid keyed or unkeyed `tools/call`, then one to three edits. Keys come either fresh or
+ * from a pool of two, so some mutants replay or conflict with an earlier one.
+ */
+export function mutations(idBase: number): fc.Arbitrary<Mutation> {
+  return fc
+    .record({
+      id: fc.nat(1_000_000).map((n) => idBase + n),
+      name: fc.constantFrom('charge_guarded', 'charge_unguarded', 'get_balance'),
+      // Often the same small amounts, so a shared key meets its own request again (a replay).
+      amount: fc.oneof(fc.constantFrom(1, 5), fc.integer({ min: 1, max: 1000 })),
+      key: fc.oneof(fc.constant(undefined), fc.uuid(), fc.constantFrom('shared-1', 'shared-2')),
+      edits: fc.array(fc.oneof({ weight: 3, arbitrary: structuralEdit }, textEdit), {
+        minLength: 1,
+        maxLength: 3,
+      }),
+    })
+    .map(({ id, name, amount, key, edits }) => {
+      const params: Record<string, Json> = { name, arguments: { amount } };
+      if (key !== undefined) params.idempotencyKey = key;
+      const base: Record<string, Json> = { jsonrpc: '2.0', id, method: 'tools/call', params };
+      return { base, edits, line: applyEdits(base, edits) };
+    });
+}
+
+function applyEdits(base: Record<string, Json>, edits: Edit[]): string {
+  const value: Json = structuredClone(base);
+  for (const edit of edits) {
+    if (edit.kind === 'set') setPath(value, edit.path, edit.value);
+    if (edit.kind === 'delete') deletePath(value, edit.path);
+  }
+  let text = JSON.stringify(value);
+  for (const edit of edits) {
+    const at = edit.kind === 'set' || edit.kind === 'delete' ? 0 : Math.floor((edit.at / 1000) * text.length);
+    if (edit.kind === 'truncate') text = text.slice(0, at);
+    if (edit.kind === 'insert') text = text.slice(0, at) + edit.text + text.slice(at);
+    if (edit.kind === 'replace') text = text.slice(0, at) + edit.text + text.slice(at + 1);
+    if (edit.kind === 'repeat') text = text.slice(0, at) + text.slice(at, at + edit.length) + text.slice(at);
+  }
+  // One mutant, one line: a raw line break would make it two requests.
+  return text.replace(/[\r\n]/g, ' ');
+}
+
+function setPath(root: Json, path: readonly string[], value: Json): void {
+  const parent = walk(root, path.slice(0, -1));
+  const last = path.at(-1);
+  if (parent && last !== undefined) parent[last] = value;
+}
+
+function deletePath(root: Json, path: readonly string[]): void {
+  const parent = walk(root, path.slice(0, -1));
+  const last = path.at(-1);
+  if (parent && last !== undefined) delete parent[last];
+}
+
+function walk(root: Json, path: readonly string[]): { [key: string]: Json } | undefined {
+  let node: Json | undefined = root;
+  for (const step of path) node = isObject(node) ? node[step] : undefined;
+  return isObject(node) ? node : undefined;
+}
+
+function isObject(value: unknown): value is { [key: string]: Json } {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+// --- What a JSON-RPC 2.0 peer owes a line ---
+
+export type Owed =
+  /** A request: exactly one answer, carrying its id. */
+  | { kind: 'answer'; id: string | number }
+  /** A JSON array: a batch, which MCP 2025-11-25 no longer has; refused or served, never ignored. */
+  | { kind: 'batch' }
+  /** A notification or a response: no answer. */
+  | { kind: 'nothing' }
+  /** Nothing but whitespace: not a message at all. Over stdio no answer; an empty HTTP body is refused. */
+  | { kind: 'blank' }
+  /** Not a JSON-RPC message: one error answer, with its id if one could be read, else null. */
+  | { kind: 'error'; id: string | number | null };
+
+/** Judged by the MCP schema (as the SDK ships it) on the text exactly as the server decodes it. */
+export function owed(line: string): Owed {
+  const decoded = Buffer.from(line, 'utf8').toString('utf8');
+  if (decoded.trim() === '') return { kind: 'blank' };
+  let value: unknown;
+  try {
+    value = JSON.parse(decoded);
+  } catch {
+    return { kind: 'error', id: null };
+  }
+  if (Array.isArray(value)) return { kind: 'batch' };
+  if (isJSONRPCRequest(value)) return { kind: 'answer', id: value.id };
+  if (isJSONRPCNotification(value)) return { kind: 'nothing' };
+  if (typeof value === 'object' && value !== null && ('result' in value || 'error' in value)) {
+    return { kind: 'nothing' };
+  }
+  const id: unknown = typeof value === 'object' && value !== null ? Reflect.get(value, 'id') : undefined;
+  return {
+    kind: 'error',
+    id: typeof id === 'string' || (typeof id === 'number' && Number.isSafeInteger(id)) ? id : null,
+  };
+}
+
+// --- What a run of calls charged ---
+
+/**
+ * Follows the balance through charge answers alone: an answer that charged says so with the
+ * balance after it; any other `Charged` answer must be a byte-for-byte repeat of an earlier
+ * one (a replay). A charge that was never reported shows up as a balance that is off.
+ */
+export class ChargeTally {
+  balance = 0;
+  fresh = 0;
+  replays = 0;
+  private readonly seen = new Set<string>();
+
+  /** Returns why the answer cannot be right, or undefined. */
+  observe(result: unknown): string | undefined {
+    const content = isObject(result) ? result.structuredContent : undefined;
+    const charged = isObject(content) ? content.charged : undefined;
+    const balance = isObject(content) ? content.balance : undefined;
+    if (typeof charged !== 'number' || typeof balance !== 'number') return undefined;
+    const bytes = JSON.stringify(result);
+    if (balance === this.balance + charged) {
+      this.balance = balance;
+      this.fresh += 1;
+    } else if (this.seen.has(bytes)) {
+      this.replays += 1;
+    } else {
+      return `charged ${charged} to a balance of ${this.balance} and reported ${balance}, and it is no replay`;
+    }
+    this.seen.add(bytes);
+    return undefined;
+  }
+}
+
+// --- Memory, as the kernel counts it ---
+
+/** Resident set size of a process in MiB, from /proc/<pid>/status (VmRSS). */
+export function rssMiB(pid: number): number {
+  const match = /^VmRSS:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  if (!match?.[1]) throw new Error(`no VmRSS for process ${pid}`);
+  return Number(match[1]) / 1024;
+}
+
+// --- A server process over HTTP whose pid the test knows ---
+
+export interface HttpServerProcess {
+  pid: number;
+  url: URL;
+  stderrLines: string[];
+  /** SIGKILL; resolves once the process is gone. */
+  kill(): Promise<void>;
+  /** SIGTERM, then SIGKILL if it has not exited within `graceMs`. */
+  stop(graceMs?: number): Promise<void>;
+}
+
+const START_TIMEOUT_MS = 15_000;
+
+export async function startHttpServerProcess(
+  args: string[] = [],
+  env: NodeJS.ProcessEnv = {},
+): Promise<HttpServerProcess> {
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', join(ROOT, 'server.ts'), '--http', '--port', '0', ...args],
+    { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] },
+  );
+  const stderrLines: string[] = [];
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  try {
+    const url = await listeningUrl(child, stderrLines);
+    const pid = child.pid;
+    if (pid === undefined) throw new Error('the server process has no pid');
+    const end = async (signal: NodeJS.Signals, graceMs: number) => {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+      await exited;
+      clearTimeout(timer);
+    };
+    return {
+      pid,
+      url,
+      stderrLines,
+      kill: () => end('SIGKILL', 0),
+      stop: (graceMs = 5_000) => end('SIGTERM', graceMs),
+    };
+  } catch (error) {
+    child.kill('SIGKILL');
+    await exited;
+    throw error;
+  }
+}
+
+function listeningUrl(child: ChildProcess, stderrLines: string[]): Promise<URL> {
+  return new Promise<URL>((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(new Error(`server did not start: ${stderrLines.join('\n')}`)),
+      START_TIMEOUT_MS,
+    );
+    child.once('exit', (code) => reject(new Error(`server exited with ${code}: ${stderrLines.join('\n')}`)));
+    if (!child.stderr) throw new Error('no stderr pipe');
+    createInterface({ input: child.stderr }).on('line', (line) => {
+      stderrLines.push(line);
+      const match = /"event":"listening".*"url":"([^"]+)"/.exec(line);
+      if (match?.[1]) {
+        clearTimeout(timer);
+        resolve(new URL(match[1]));
+      }
+    });
+  });
+}
+
+/** POSTs `body` (a string, sent as is) to an MCP endpoint the way a conforming client would. */
+export async function postRaw(url: URL, body: string): Promise<{ status: number; text: string }> {
+  const response = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+    body,
+    signal: AbortSignal.timeout(10_000),
+  });
+  return { status: response.status, text: await response.text() };
+}
