@@ -47,7 +47,10 @@ export interface IdempotencyStore {
   claim(id: RecordId, fingerprint: Fingerprint, leaseMs: number): Promise<Claim>;
   /**
    * Replace the claim with the completed response, kept for `retentionMs`. Does nothing if
-   * the claim is no longer the live record (its lease expired, or the store was cleared).
+   * the claim is no longer the live record (the store was cleared, or its lease expired and
+   * another claim took the key). A claim whose lease ran out with nothing in its place may
+   * still be recorded (the memory store does; Redis has already dropped the key): either way a
+   * retry replays or executes once, never twice at the same time.
    */
   complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<void>;
   /** Forget every record (the demo's reset_ledger). */
