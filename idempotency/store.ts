@@ -49,8 +49,7 @@ export interface IdempotencyStore {
    * Replace the claim with the completed response, kept for `retentionMs`. Does nothing if
    * the claim is no longer the live record (the store was cleared, or its lease expired and
    * another claim took the key). A claim whose lease ran out with nothing in its place may
-   * still be recorded (the memory store does; Redis has already dropped the key): either way a
-   * retry replays or executes once, never twice at the same time.
+   * still be recorded (the memory store does, the safer side; in Redis the key is already gone).
    */
   complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<void>;
   /** Forget every record (the demo's reset_ledger). */
