@@ -242,7 +242,8 @@ async function main(): Promise<void> {
     leaseMs: config.leaseMs,
     onDecision: logDecision,
   };
-  const { redisUrl: _, ...shown } = config;
+  // The Redis URL may carry a password; host and port mean nothing over stdio (HTTP logs its url).
+  const { redisUrl: _url, host: _host, port: _port, ...shown } = config;
   const closers: Array<() => Promise<void>> = [];
   let stopping: Promise<void> | undefined;
   const shutdown = () => {
