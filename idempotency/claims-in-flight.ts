@@ -28,9 +28,9 @@ export class ClaimsInFlight implements IdempotencyStore {
     }
   }
 
-  async complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<void> {
+  async complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean> {
     try {
-      await this.store.complete(ticket, response, retentionMs);
+      return await this.store.complete(ticket, response, retentionMs);
     } finally {
       // The guard completes every claim it gets, whatever the dispatch answered.
       this.close();

@@ -49,6 +49,8 @@ export const Messages = {
     `idempotencyKey must not contain control characters (found one at index ${index})`,
   keyLoneSurrogate: 'idempotencyKey must be well-formed Unicode (it contains a lone surrogate)',
   argumentsUnfingerprintable: (reason: string) => `arguments cannot be compared for idempotency: ${reason}`,
+  leaseOutlived:
+    'the call outlived its in-progress lease and the key was claimed again; its response was not recorded',
   inProgress: 'A request with this idempotencyKey is still in progress; retry later with the same key',
   conflict:
     'This idempotencyKey was already used with a different tool or different arguments; use a new key for a new operation',

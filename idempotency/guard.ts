@@ -46,7 +46,7 @@ export type Decision =
   | 'invalid'
   | 'storeFull'
   | 'storeUnavailable'
-  /** Executed and answered, but the record could not be written: a retry may execute again. */
+  /** Executed and answered, but not recorded (store failure, or the lease ran out): a retry may execute again. */
   | 'unrecorded';
 
 export interface DecisionEvent {
@@ -167,8 +167,11 @@ async function guardToolCall(
   // The only path that executes. Whatever the dispatch answers is recorded, errors included.
   const outcome = await settle(() => dispatch(request, extra));
   try {
-    await settings.store.complete(claim.ticket, outcome.stored, settings.retentionMs);
-    log.decide('executed', id);
+    const recorded = await settings.store.complete(claim.ticket, outcome.stored, settings.retentionMs);
+    // Not recorded: the call outlived its lease and a retry has claimed the key since (or the
+    // store was cleared). The lease was too short for this tool; the operator should know.
+    if (recorded) log.decide('executed', id);
+    else log.decide('unrecorded', id, Messages.leaseOutlived);
   } catch (error) {
     // The caller still gets its answer; only a retry of a lost answer could execute again,
     // once the lease expires. That is the at-least-once window the SEP leaves to servers.

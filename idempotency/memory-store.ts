@@ -92,9 +92,9 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     return { state: 'claimed', ticket };
   }
 
-  async complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<void> {
+  async complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean> {
     const slot = slotOf(ticket);
-    if (this.inProgress.get(slot)?.token !== ticket.token) return;
+    if (this.inProgress.get(slot)?.token !== ticket.token) return false;
     this.inProgress.delete(slot);
     const bytes = JSON.stringify(response).length;
     this.bytes += bytes;
@@ -104,6 +104,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
       expiresAt: this.now() + retentionMs,
       bytes,
     });
+    return true;
   }
 
   async clear(): Promise<void> {

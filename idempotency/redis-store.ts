@@ -166,14 +166,15 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     return claimOf(holder);
   }
 
-  async complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<void> {
+  async complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean> {
     const retention = milliseconds(retentionMs);
     const completed: CompletedValue = { state: 'completed', fingerprint: ticket.fingerprint, response };
     try {
       // EVAL, not EVALSHA: one round trip always. EVALSHA needs a second one (NOSCRIPT, then
       // EVAL) after every Redis restart or failover; Redis caches the compiled script by its
       // SHA either way, so EVAL only costs the script's ~150 bytes on the wire.
-      await this.bounded(
+      // The script answers OK when it replaced the claim, nil when the key had moved on.
+      const replaced = await this.bounded(
         this.client.eval(COMPLETE_SCRIPT, {
           keys: [this.keyOf(ticket)],
           arguments: [
@@ -183,6 +184,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
           ],
         }),
       );
+      return replaced !== null;
     } catch (error) {
       throw new StoreUnavailableError(error);
     }

@@ -50,8 +50,9 @@ export interface IdempotencyStore {
    * the claim is no longer the live record (the store was cleared, or its lease expired and
    * another claim took the key). A claim whose lease ran out with nothing in its place may
    * still be recorded (the memory store does, the safer side; in Redis the key is already gone).
+   * Resolves true when the response was recorded, false when the claim had lost its key.
    */
-  complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<void>;
+  complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean>;
   /** Forget every record (the demo's reset_ledger). */
   clear(): Promise<void>;
 }

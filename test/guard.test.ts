@@ -67,6 +67,31 @@ describe('retention', () => {
   });
 });
 
+describe('a lease shorter than the call', () => {
+  it('lets a retry execute again once the lease runs out, and logs the first call as unrecorded', async () => {
+    const clock = new ManualClock();
+    const store = new MemoryIdempotencyStore({ now: clock.now });
+    const { client, decisions } = await connect({ store, ledger: new MemoryLedger(150), leaseMs: 1_000 });
+    const call = charge(100);
+
+    const first = callTool(client, call);
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    clock.advance(1_000);
+    const second = callTool(client, call);
+    await Promise.all([first, second]);
+
+    // At least once, as the SEP allows across a lost claim: the operator sees why in the log.
+    expect(await balanceOf(client)).toBe(200);
+    expect(decisions.map((d) => [d.decision, d.message])).toStrictEqual([
+      [
+        'unrecorded',
+        'the call outlived its in-progress lease and the key was claimed again; its response was not recorded',
+      ],
+      ['executed', undefined],
+    ]);
+  });
+});
+
 describe('the record cap', () => {
   it('refuses a new key when every record is live, and executes nothing', async () => {
     const store = new MemoryIdempotencyStore({ maxRecords: 3, now: new ManualClock().now });
