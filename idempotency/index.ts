@@ -1,5 +1,7 @@
 // SEP-3182 request idempotency for MCP servers built on the TypeScript SDK: lift this folder
 // into your server, register your tools, then call `installIdempotencyGuard`.
+// The Redis store is imported on its own (`./redis-store.js`), so a server that keeps its
+// records in memory, or in a store of its own, needs no Redis client.
 
 export * from './claims-in-flight.js';
 export * from './client.js';
