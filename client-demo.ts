@@ -64,13 +64,15 @@ export async function connectToServer(args: string[] = []): Promise<ServerConnec
 
 /** A server process serving stateless Streamable HTTP on loopback. */
 export interface HttpInstance {
+  pid: number;
   url: URL;
   stderrLines: string[];
   /** The guard's decision log lines, parsed. */
   decisions(): Array<Record<string, unknown>>;
   /** SIGKILL, as a crash would; resolves when the process is gone. */
   kill(): Promise<void>;
-  stop(): Promise<void>;
+  /** SIGTERM (the server first records its open keyed calls), then SIGKILL after `graceMs`. */
+  stop(graceMs?: number): Promise<void>;
 }
 
 const START_TIMEOUT_MS = 15_000;
@@ -91,7 +93,7 @@ export async function startHttpInstance(
   );
   const stderrLines: string[] = [];
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  const url = await new Promise<URL>((resolve, reject) => {
+  const listening = new Promise<URL>((resolve, reject) => {
     const timer = setTimeout(
       () => reject(new Error(`server did not start: ${stderrLines.join('\n')}`)),
       START_TIMEOUT_MS,
@@ -106,19 +108,32 @@ export async function startHttpInstance(
       }
     });
   });
-  const end = async (signal: NodeJS.Signals) => {
-    if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+  let url: URL;
+  try {
+    url = await listening;
+  } catch (error) {
+    child.kill('SIGKILL');
     await exited;
+    throw error;
+  }
+  const { pid } = child;
+  if (pid === undefined) throw new Error('the server process has no pid');
+  const end = async (signal: NodeJS.Signals, graceMs: number) => {
+    if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+    const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+    await exited;
+    clearTimeout(timer);
   };
   return {
+    pid,
     url,
     stderrLines,
     decisions: () =>
       stderrLines
         .filter((line) => line.includes('"event":"idempotency"'))
         .map((line) => Object.fromEntries(Object.entries(JSON.parse(line)))),
-    kill: () => end('SIGKILL'),
-    stop: () => end('SIGTERM'),
+    kill: () => end('SIGKILL', 0),
+    stop: (graceMs = 30_000) => end('SIGTERM', graceMs),
   };
 }
 

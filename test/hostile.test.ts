@@ -21,15 +21,14 @@ import {
 import {
   ChargeTally,
   describeMutation,
-  type HttpServerProcess,
   type Mutation,
   mutations,
   type Owed,
   owed,
   postRaw,
   rssMiB,
-  startHttpServerProcess,
 } from './support/hostile.js';
+import { type HttpInstance, startHttpInstance } from './support/http.js';
 import { connectInProcess } from './support/in-process.js';
 import { type RawAnswer, RawStdioPeer } from './support/raw-stdio.js';
 
@@ -503,10 +502,10 @@ function safeParse(line: string): unknown {
 // --- HTTP ---
 
 describe('malformed and hostile input over HTTP, as raw POST bodies', () => {
-  let server: HttpServerProcess;
+  let server: HttpInstance;
 
   beforeAll(async () => {
-    server = await startHttpServerProcess();
+    server = await startHttpInstance();
   });
   afterAll(async () => {
     await server?.stop();

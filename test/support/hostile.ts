@@ -5,15 +5,9 @@
 // 2.0 peer owes each line, a tally of what a run of them charged, and the server process's
 // resident memory as Linux reports it.
 
-import { type ChildProcess, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { isJSONRPCNotification, isJSONRPCRequest } from '@modelcontextprotocol/sdk/types.js';
 import fc from 'fast-check';
-
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
 // --- Mutations ---
 
@@ -237,74 +231,6 @@ export function rssMiB(pid: number): number {
   const match = /^VmRSS:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
   if (!match?.[1]) throw new Error(`no VmRSS for process ${pid}`);
   return Number(match[1]) / 1024;
-}
-
-// --- A server process over HTTP whose pid the test knows ---
-
-export interface HttpServerProcess {
-  pid: number;
-  url: URL;
-  stderrLines: string[];
-  /** SIGKILL; resolves once the process is gone. */
-  kill(): Promise<void>;
-  /** SIGTERM, then SIGKILL if it has not exited within `graceMs`. */
-  stop(graceMs?: number): Promise<void>;
-}
-
-const START_TIMEOUT_MS = 15_000;
-
-export async function startHttpServerProcess(
-  args: string[] = [],
-  env: NodeJS.ProcessEnv = {},
-): Promise<HttpServerProcess> {
-  const child = spawn(
-    process.execPath,
-    ['--import', 'tsx', join(ROOT, 'server.ts'), '--http', '--port', '0', ...args],
-    { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] },
-  );
-  const stderrLines: string[] = [];
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  try {
-    const url = await listeningUrl(child, stderrLines);
-    const pid = child.pid;
-    if (pid === undefined) throw new Error('the server process has no pid');
-    const end = async (signal: NodeJS.Signals, graceMs: number) => {
-      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
-      const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
-      await exited;
-      clearTimeout(timer);
-    };
-    return {
-      pid,
-      url,
-      stderrLines,
-      kill: () => end('SIGKILL', 0),
-      stop: (graceMs = 5_000) => end('SIGTERM', graceMs),
-    };
-  } catch (error) {
-    child.kill('SIGKILL');
-    await exited;
-    throw error;
-  }
-}
-
-function listeningUrl(child: ChildProcess, stderrLines: string[]): Promise<URL> {
-  return new Promise<URL>((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(new Error(`server did not start: ${stderrLines.join('\n')}`)),
-      START_TIMEOUT_MS,
-    );
-    child.once('exit', (code) => reject(new Error(`server exited with ${code}: ${stderrLines.join('\n')}`)));
-    if (!child.stderr) throw new Error('no stderr pipe');
-    createInterface({ input: child.stderr }).on('line', (line) => {
-      stderrLines.push(line);
-      const match = /"event":"listening".*"url":"([^"]+)"/.exec(line);
-      if (match?.[1]) {
-        clearTimeout(timer);
-        resolve(new URL(match[1]));
-      }
-    });
-  });
 }
 
 /** POSTs `body` (a string, sent as is) to an MCP endpoint the way a conforming client would. */
