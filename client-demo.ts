@@ -4,160 +4,28 @@
 // that need a charge still running), runs the scenarios, and ends with a table of every
 // expectation. It exits non-zero if any failed, so CI runs it as an end-to-end assertion.
 
-import { spawn } from 'node:child_process';
-import { dirname, join } from 'node:path';
-import { createInterface } from 'node:readline';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { pathToFileURL } from 'node:url';
 import { isDeepStrictEqual } from 'node:util';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import {
-  advertisesIdempotency,
-  callTool,
-  callToolIdempotently,
-  captureServerCapabilities,
-  IdempotencyErrorType,
-  INVALID_PARAMS,
-  idempotencyErrorOf,
-} from './idempotency/index.js';
+import type { CallToolResult } from '@modelcontextprotocol/client';
+import { advertisesIdempotency, callTool, callToolIdempotently } from './idempotency/client.js';
+import { IdempotencyErrorType, INVALID_PARAMS, idempotencyErrorOf } from './idempotency/index.js';
 import { closeRedis, connectRedis } from './idempotency/redis-store.js';
-
-const HERE = dirname(fileURLToPath(import.meta.url));
+import {
+  balanceOf,
+  connectHttpClient,
+  connectToServer,
+  type HttpInstance,
+  resetLedger,
+  type ServerConnection,
+  startHttpInstance,
+} from './launch.js';
 
 /** A charge slow enough to overlap a duplicate, or to outlast a client's patience. */
 const SLOW_CHARGE_MS = 800;
 /** The demo client's per-request timeout in the lost-response scenario: well under the charge. */
 const IMPATIENT_TIMEOUT_MS = 250;
 
-export interface ServerConnection {
-  client: Client;
-  /** `capabilities` from the initialize result, as it arrived on the wire. */
-  rawCapabilities: unknown;
-  /** The server's stderr, one line per element (its decision log). */
-  stderrLines: string[];
-  close(): Promise<void>;
-}
-
-/** Spawns `server.ts` with `args` and connects an SDK client to it over stdio. */
-export async function connectToServer(args: string[] = []): Promise<ServerConnection> {
-  const transport = new StdioClientTransport({
-    command: process.execPath,
-    args: ['--import', 'tsx', join(HERE, 'server.ts'), ...args],
-    cwd: HERE,
-    env: getDefaultEnvironment(),
-    stderr: 'pipe',
-  });
-  const stderrLines: string[] = [];
-  let partial = '';
-  transport.stderr?.on('data', (chunk: Buffer) => {
-    const lines = (partial + chunk.toString('utf8')).split('\n');
-    partial = lines.pop() ?? '';
-    stderrLines.push(...lines);
-  });
-  const capabilities = captureServerCapabilities(transport);
-  const client = new Client({ name: 'sep-3182-client-demo', version: '0.1.0' });
-  await client.connect(transport);
-  return { client, rawCapabilities: await capabilities, stderrLines, close: () => client.close() };
-}
-
-/** A server process serving stateless Streamable HTTP on loopback. */
-export interface HttpInstance {
-  pid: number;
-  url: URL;
-  stderrLines: string[];
-  /** The guard's decision log lines, parsed. */
-  decisions(): Array<Record<string, unknown>>;
-  /** SIGKILL, as a crash would; resolves when the process is gone. */
-  kill(): Promise<void>;
-  /** SIGTERM (the server first records its open keyed calls), then SIGKILL after `graceMs`. */
-  stop(graceMs?: number): Promise<void>;
-}
-
-const START_TIMEOUT_MS = 15_000;
-
-/** Spawns `server.ts --http --port 0 …args` and waits for its "listening" line. */
-export async function startHttpInstance(
-  args: string[] = [],
-  env: NodeJS.ProcessEnv = {},
-): Promise<HttpInstance> {
-  const child = spawn(
-    process.execPath,
-    ['--import', 'tsx', join(HERE, 'server.ts'), '--http', '--port', '0', ...args],
-    {
-      cwd: HERE,
-      env: { ...process.env, ...env },
-      stdio: ['ignore', 'ignore', 'pipe'],
-    },
-  );
-  const stderrLines: string[] = [];
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  const listening = new Promise<URL>((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(new Error(`server did not start: ${stderrLines.join('\n')}`)),
-      START_TIMEOUT_MS,
-    );
-    child.once('exit', (code) => reject(new Error(`server exited with ${code}: ${stderrLines.join('\n')}`)));
-    createInterface({ input: child.stderr }).on('line', (line) => {
-      stderrLines.push(line);
-      const match = /"event":"listening".*"url":"([^"]+)"/.exec(line);
-      if (match?.[1]) {
-        clearTimeout(timer);
-        resolve(new URL(match[1]));
-      }
-    });
-  });
-  let url: URL;
-  try {
-    url = await listening;
-  } catch (error) {
-    child.kill('SIGKILL');
-    await exited;
-    throw error;
-  }
-  const { pid } = child;
-  if (pid === undefined) throw new Error('the server process has no pid');
-  const end = async (signal: NodeJS.Signals, graceMs: number) => {
-    if (child.exitCode === null && child.signalCode === null) child.kill(signal);
-    const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
-    await exited;
-    clearTimeout(timer);
-  };
-  return {
-    pid,
-    url,
-    stderrLines,
-    decisions: () =>
-      stderrLines
-        .filter((line) => line.includes('"event":"idempotency"'))
-        .map((line) => Object.fromEntries(Object.entries(JSON.parse(line)))),
-    kill: () => end('SIGKILL', 0),
-    stop: (graceMs = 30_000) => end('SIGTERM', graceMs),
-  };
-}
-
-/** An SDK client over Streamable HTTP, optionally presenting a bearer token. */
-export async function connectHttpClient(url: URL, token?: string): Promise<Client> {
-  const headers: Record<string, string> = token ? { Authorization: `Bearer ${token}` } : {};
-  const client = new Client({ name: 'sep-3182-client-demo', version: '0.1.0' });
-  await client.connect(new StreamableHTTPClientTransport(url, { requestInit: { headers } }));
-  return client;
-}
-
 // --- Small helpers the scenarios share ---
-
-export async function balanceOf(client: Client): Promise<number> {
-  const result = await callTool(client, { name: 'get_balance', arguments: {} });
-  const balance = result.structuredContent?.balance;
-  if (typeof balance !== 'number')
-    throw new Error(`get_balance returned no balance: ${JSON.stringify(result)}`);
-  return balance;
-}
-
-export async function resetLedger(client: Client): Promise<void> {
-  await callTool(client, { name: 'reset_ledger', arguments: {} });
-}
 
 function textOf(result: CallToolResult): string {
   return result.content.map((part) => (part.type === 'text' ? part.text : `[${part.type}]`)).join(' ');
@@ -418,8 +286,8 @@ async function retryLandsElsewhere({ a, b }: ScaleOut): Promise<void> {
     `Alice's call reaches instance A (a ${SLOW_CHARGE_MS} ms charge); her client gives up after ${IMPATIENT_TIMEOUT_MS} ms; the retry goes to instance B.`,
   );
   const [viaA, viaB] = await Promise.all([
-    connectHttpClient(a.url, DEMO_TOKENS.alice),
-    connectHttpClient(b.url, DEMO_TOKENS.alice),
+    connectHttpClient(a.url, { token: DEMO_TOKENS.alice }),
+    connectHttpClient(b.url, { token: DEMO_TOKENS.alice }),
   ]);
   try {
     await resetLedger(viaA);
@@ -483,10 +351,10 @@ async function principalsShareNothing({ a, b }: ScaleOut): Promise<void> {
     'Alice (on A) and Bob (on B) both send charge_guarded(100) with the same key, then retry on the other instance.',
   );
   const clients = await Promise.all([
-    connectHttpClient(a.url, DEMO_TOKENS.alice),
-    connectHttpClient(b.url, DEMO_TOKENS.alice),
-    connectHttpClient(b.url, DEMO_TOKENS.bob),
-    connectHttpClient(a.url, DEMO_TOKENS.bob),
+    connectHttpClient(a.url, { token: DEMO_TOKENS.alice }),
+    connectHttpClient(b.url, { token: DEMO_TOKENS.alice }),
+    connectHttpClient(b.url, { token: DEMO_TOKENS.bob }),
+    connectHttpClient(a.url, { token: DEMO_TOKENS.bob }),
   ]);
   const [aliceA, aliceB, bobB, bobA] = clients;
   if (!aliceA || !aliceB || !bobB || !bobA) throw new Error('unreachable: four clients were connected');

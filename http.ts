@@ -1,18 +1,23 @@
-// --- The demo server over stateless Streamable HTTP ---
+// --- The demo server over stateless Streamable HTTP, both protocol eras ---
 //
-// The shape of the 2026-07-28 stateless revision, as close as SDK 1.32 gets: no session id,
-// a new McpServer and transport for every request, `tools/call` served without a prior
-// `initialize`. Any instance may serve any request, so a retry can land on another instance:
-// that is why the dedup store must be shared (see `--store redis`).
+// The SDK's `createMcpHandler` serves the 2026-07-28 stateless revision (per-request envelope, no
+// initialize, `server/discover`, the `MCP-Protocol-Version` / `Mcp-Method` / `Mcp-Name` headers)
+// and, from the same factory, 2025-era clients statelessly. Every request gets a new server from
+// the factory, and any instance may serve any request, so a retry can land on another instance:
+// that is why the dedup store must be shared (see `--store redis`). Express adds what the entry
+// leaves to its host: DNS-rebinding protection, bearer auth and a body limit.
 
 import { timingSafeEqual } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
-import { InvalidTokenError } from '@modelcontextprotocol/sdk/server/auth/errors.js';
-import { requireBearerAuth } from '@modelcontextprotocol/sdk/server/auth/middleware/bearerAuth.js';
-import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
-import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
-import { localhostHostValidation } from '@modelcontextprotocol/sdk/server/middleware/hostHeaderValidation.js';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { localhostHostValidation, requireBearerAuth } from '@modelcontextprotocol/express';
+import { type NodeIncomingMessageLike, toNodeHandler } from '@modelcontextprotocol/node';
+import {
+  type AuthInfo,
+  createMcpHandler,
+  type McpServer,
+  OAuthError,
+  OAuthErrorCode,
+} from '@modelcontextprotocol/server';
 import express, { type ErrorRequestHandler, type Request, type Response } from 'express';
 
 /**
@@ -45,6 +50,8 @@ export interface HttpServerOptions {
   port: number;
   /** Builds the server for one request: stateless, nothing survives between requests. */
   createServer: () => McpServer;
+  /** Errors the SDK reports without answering them (reporting only). */
+  onerror?: (error: Error) => void;
   /** When set, every request needs `Authorization: Bearer <token>` of one of these principals. */
   bearerTokens?: BearerTokens;
   maxBodyBytes?: number;
@@ -56,29 +63,26 @@ export interface RunningHttpServer {
 }
 
 export async function startHttpServer(options: HttpServerOptions): Promise<RunningHttpServer> {
+  const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
+  const mcp = createMcpHandler(options.createServer, {
+    onerror: options.onerror,
+    maxRequestBodySize: maxBodyBytes,
+  });
+  const serve = toNodeHandler(mcp, { onerror: options.onerror, maxRequestBodySize: maxBodyBytes });
+
   const app = express();
   // DNS-rebinding protection: a browser page cannot reach a loopback server under another name.
   if (['127.0.0.1', 'localhost', '::1'].includes(options.host)) app.use(localhostHostValidation());
   if (options.bearerTokens) {
     app.use('/mcp', requireBearerAuth({ verifier: tokenVerifier(options.bearerTokens) }));
   }
-  app.use(express.json({ limit: options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES }));
-
-  app.post('/mcp', async (req: Request, res: Response) => {
-    const server = options.createServer();
-    const transport = new StreamableHTTPServerTransport({
-      sessionIdGenerator: undefined,
-      enableJsonResponse: true,
-    });
-    // When the client goes away (a timeout, a dropped connection) the server is closed, which
-    // aborts the request's signal; a charge already under way still completes and is recorded.
-    res.on('close', () => {
-      void transport.close();
-      void server.close();
-    });
-    await server.connect(transport);
-    await transport.handleRequest(req, res, req.body);
-  });
+  // The body is read here, up to the limit: past it the answer is 413, and Node discards the
+  // rest of the upload unread, so the client can finish sending and read why. (The SDK's adapter
+  // would close the connection under an upload still being sent.)
+  app.use('/mcp', express.raw({ type: () => true, limit: maxBodyBytes }));
+  // The request's `auth` (set by the bearer middleware) reaches every handler as
+  // `ctx.http.authInfo`: the guard's scope.
+  app.post('/mcp', (req: Request, res: Response) => void serve(withReadBody(req), res));
   // Stateless: no standalone SSE stream to open (GET) and no session to end (DELETE).
   app.all('/mcp', (_req: Request, res: Response) => {
     res
@@ -86,7 +90,8 @@ export async function startHttpServer(options: HttpServerOptions): Promise<Runni
       .set('Allow', 'POST')
       .json(jsonRpcError(-32000, 'Method not allowed: this server is stateless, POST only'));
   });
-  app.use(bodyErrors);
+
+  app.use(bodyErrors(maxBodyBytes));
 
   const listener = app.listen(options.port, options.host);
   await new Promise<void>((resolve, reject) => {
@@ -97,11 +102,31 @@ export async function startHttpServer(options: HttpServerOptions): Promise<Runni
   const host = options.host.includes(':') ? `[${options.host}]` : options.host;
   return {
     url: new URL(`http://${host}:${port}/mcp`),
-    close: () =>
-      new Promise((resolve) => {
+    close: async () => {
+      await new Promise<void>((resolve) => {
         listener.close(() => resolve());
         listener.closeAllConnections();
-      }),
+      });
+      await mcp.close();
+    },
+  };
+}
+
+/**
+ * The request as the SDK's adapter reads it, its body the bytes already read. (Not a parsed
+ * body: the adapter would serialise that again, and JSON.stringify overflows the stack on
+ * deeply nested arguments that JSON.parse read without complaint.)
+ */
+function withReadBody(req: Request): NodeIncomingMessageLike {
+  const body: unknown = req.body;
+  return {
+    method: req.method,
+    url: req.url,
+    headers: req.headers,
+    auth: req.auth,
+    async *[Symbol.asyncIterator]() {
+      if (Buffer.isBuffer(body) && body.length > 0) yield body;
+    },
   };
 }
 
@@ -111,8 +136,8 @@ function addressOf(address: string | AddressInfo | null): AddressInfo {
 }
 
 /**
- * The SDK's bearer middleware puts what this returns on the request, and the transport hands
- * it to every handler as `extra.authInfo`: the guard's scope is its `clientId`, which this demo
+ * The SDK's bearer middleware puts what this returns on the request, and the entry hands it
+ * to every handler as `ctx.http.authInfo`: the guard's scope is its `clientId`, which this demo
  * sets to the principal. Tokens are compared in constant time.
  */
 function tokenVerifier(tokens: BearerTokens) {
@@ -123,7 +148,7 @@ function tokenVerifier(tokens: BearerTokens) {
       const match = known.find(
         (k) => k.token.length === presented.length && timingSafeEqual(k.token, presented),
       );
-      if (!match) throw new InvalidTokenError('Unknown bearer token');
+      if (!match) throw new OAuthError(OAuthErrorCode.InvalidToken, 'Unknown bearer token');
       return {
         token,
         clientId: match.principal,
@@ -138,17 +163,21 @@ function jsonRpcError(code: number, message: string) {
   return { jsonrpc: '2.0', id: null, error: { code, message } };
 }
 
-/** Oversized or unparsable bodies get a status that says so and a JSON-RPC error body. */
-const bodyErrors: ErrorRequestHandler = (error: unknown, _req, res, next) => {
-  const status: unknown =
-    typeof error === 'object' && error !== null ? Reflect.get(error, 'status') : undefined;
-  const type: unknown = typeof error === 'object' && error !== null ? Reflect.get(error, 'type') : undefined;
-  if (res.headersSent || typeof status !== 'number') return next(error);
-  if (type === 'entity.too.large') {
-    res.status(413).json(jsonRpcError(-32600, 'Request body too large'));
-  } else if (type === 'entity.parse.failed') {
-    res.status(400).json(jsonRpcError(-32700, 'Parse error: the body is not valid JSON'));
-  } else {
-    res.status(status).json(jsonRpcError(-32600, error instanceof Error ? error.message : 'Bad request'));
-  }
-};
+/** The body reader's refusals: a 413 (or other status) with a JSON-RPC error body. */
+const bodyErrors =
+  (maxBodyBytes: number): ErrorRequestHandler =>
+  (error: unknown, _req, res, next) => {
+    const status: unknown =
+      typeof error === 'object' && error !== null ? Reflect.get(error, 'status') : undefined;
+    const type: unknown =
+      typeof error === 'object' && error !== null ? Reflect.get(error, 'type') : undefined;
+    if (res.headersSent || typeof status !== 'number') return next(error);
+    if (type === 'entity.too.large') {
+      // In the words of the SDK's own adapter, which answers a chunked body past its limit.
+      res
+        .status(413)
+        .json(jsonRpcError(-32000, `Payload Too Large: Request body must not exceed ${maxBodyBytes} bytes`));
+    } else {
+      res.status(status).json(jsonRpcError(-32600, error instanceof Error ? error.message : 'Bad request'));
+    }
+  };

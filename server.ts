@@ -1,29 +1,32 @@
-// --- The demo server: three charge-shaped tools over stdio, guarded per SEP-3182 ---
+// --- The demo server: charge-shaped tools over stdio or HTTP, guarded per SEP-3182 ---
 //
 // The tools below carry no idempotency logic at all. `charge_guarded` and `charge_unguarded`
 // have the same body; they differ only in how the demo calls them (with and without an
 // `idempotencyKey`). Deduplication happens in the `tools/call` dispatch, installed by
 // `installIdempotencyGuard`, so it covers every tool.
+//
+// Built on the current SDK line (@modelcontextprotocol/server 2.x): one factory serves the
+// 2026-07-28 stateless protocol (`server/discover`, per-request envelope) and 2025-11-25
+// clients (initialize, then calls), over stdio and over HTTP.
 
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { McpServer } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import { type BearerTokens, parseBearerTokens, startHttpServer } from './http.js';
 import {
+  type Caller,
   ClaimsInFlight,
   DEFAULT_LEASE_MS,
   DEFAULT_MAX_RECORDS,
   DEFAULT_RETENTION_MS,
   type DecisionEvent,
   type IdempotencyStore,
-  installIdempotencyGuard,
   MemoryIdempotencyStore,
   principalScope,
-  type ToolCallExtra,
-  verifyGuardSeesKeys,
 } from './idempotency/index.js';
 import { closeRedis, connectRedis, RedisIdempotencyStore } from './idempotency/redis-store.js';
+import { installIdempotencyGuard, verifyGuardSeesKeys } from './idempotency/sdk-v2.js';
 import { type Ledger, MemoryLedger, RedisLedger } from './ledger.js';
 import { serveStdio } from './stdio.js';
 
@@ -34,23 +37,54 @@ export interface DemoServerOptions {
   store: IdempotencyStore;
   retentionMs?: number;
   leaseMs?: number;
-  scopeOf?: (extra: ToolCallExtra) => string;
+  scopeOf?: (caller: Caller) => string;
   onDecision?: (event: DecisionEvent) => void;
 }
 
-const chargeInput = {
+const chargeInput = z.object({
   amount: z.number().int().positive().describe('Amount to charge, in minor units (cents)'),
-};
-const chargeOutput = {
+});
+const chargeOutput = z.object({
   charged: z.number().int().describe('The amount this call charged'),
   balance: z.number().int().describe('The ledger balance after the charge'),
+});
+const balanceOutput = z.object({ balance: z.number().int().describe('The current ledger balance') });
+const noInput = z.object({});
+
+/** What a demo tool answers: text for people, structured content for programs. (A type alias:
+ * both SDK lines type a tool result as a Record.) */
+export type DemoToolResult = {
+  content: Array<{ type: 'text'; text: string }>;
+  structuredContent: Record<string, unknown>;
 };
-const balanceOutput = { balance: z.number().int().describe('The current ledger balance') };
 
-export function createDemoServer(options: DemoServerOptions): McpServer {
-  const { ledger, store } = options;
-  const mcp = new McpServer(SERVER_INFO);
+interface ToolConfig<Input> {
+  description: string;
+  inputSchema: Input;
+  outputSchema: z.ZodObject;
+  annotations?: { readOnlyHint?: boolean; idempotentHint?: boolean; openWorldHint?: boolean };
+}
 
+/**
+ * Registers the demo's tools on a server of either SDK line: both take these zod schemas and a
+ * callback typed by them. One method per input schema, so each line's `registerTool` sees a
+ * concrete schema type. (A server on the v1 line, in the tests, registers the same tools.)
+ */
+export interface ToolRegistry {
+  withAmount(
+    name: string,
+    config: ToolConfig<typeof chargeInput>,
+    run: (args: z.infer<typeof chargeInput>) => Promise<DemoToolResult>,
+  ): void;
+  withoutArguments(
+    name: string,
+    config: ToolConfig<typeof noInput>,
+    run: () => Promise<DemoToolResult>,
+  ): void;
+}
+
+/** The demo's tools, with no idempotency logic in any of them. */
+export function registerDemoTools(tools: ToolRegistry, ledger: Ledger, store: IdempotencyStore): void {
   // Same body for both charge tools, as in the Python prototype.
   const charge = async ({ amount }: { amount: number }) => {
     const balance = await ledger.charge(amount);
@@ -61,7 +95,7 @@ export function createDemoServer(options: DemoServerOptions): McpServer {
   };
   const chargeAnnotations = { readOnlyHint: false, idempotentHint: false, openWorldHint: true };
 
-  mcp.registerTool(
+  tools.withAmount(
     'charge_guarded',
     {
       description: 'Charge an amount. The demo always calls this tool with an idempotencyKey.',
@@ -71,7 +105,7 @@ export function createDemoServer(options: DemoServerOptions): McpServer {
     },
     charge,
   );
-  mcp.registerTool(
+  tools.withAmount(
     'charge_unguarded',
     {
       description: 'Charge an amount. Same body as charge_guarded; the demo calls it without a key.',
@@ -81,11 +115,11 @@ export function createDemoServer(options: DemoServerOptions): McpServer {
     },
     charge,
   );
-  mcp.registerTool(
+  tools.withoutArguments(
     'reset_ledger',
     {
       description: 'Zero the balance and forget every idempotency record (a demo helper).',
-      inputSchema: {},
+      inputSchema: noInput,
       outputSchema: balanceOutput,
     },
     async () => {
@@ -97,11 +131,11 @@ export function createDemoServer(options: DemoServerOptions): McpServer {
       };
     },
   );
-  mcp.registerTool(
+  tools.withoutArguments(
     'get_balance',
     {
       description: 'Read the balance, so a client that lost a response can see what happened.',
-      inputSchema: {},
+      inputSchema: noInput,
       outputSchema: balanceOutput,
       annotations: { readOnlyHint: true },
     },
@@ -110,8 +144,18 @@ export function createDemoServer(options: DemoServerOptions): McpServer {
       return { content: [{ type: 'text', text: `Balance: ${balance}` }], structuredContent: { balance } };
     },
   );
+}
 
-  installIdempotencyGuard(mcp.server, {
+/** Builds the demo server: stdio calls this once per connection, stateless HTTP once per request. */
+export function createDemoServer(options: DemoServerOptions): McpServer {
+  const { ledger, store } = options;
+  const mcp = new McpServer(SERVER_INFO);
+  const tools: ToolRegistry = {
+    withAmount: (name, config, run) => void mcp.registerTool(name, config, run),
+    withoutArguments: (name, config, run) => void mcp.registerTool(name, config, run),
+  };
+  registerDemoTools(tools, ledger, store);
+  installIdempotencyGuard(mcp, {
     store,
     retentionMs: options.retentionMs,
     leaseMs: options.leaseMs,
@@ -196,6 +240,11 @@ export function logDecision(event: DecisionEvent): void {
   log({ time: new Date().toISOString(), event: 'idempotency', ...event });
 }
 
+/** What the SDK reports without answering it (a dropped message, a failed write). */
+function reportSdkError(error: Error): void {
+  log({ time: new Date().toISOString(), event: 'sdk', error: error.message });
+}
+
 function log(entry: Record<string, unknown>): void {
   process.stderr.write(`${JSON.stringify(entry)}\n`);
 }
@@ -260,10 +309,11 @@ async function main(): Promise<void> {
   process.on('SIGTERM', shutdown).on('SIGINT', shutdown);
 
   if (config.transport === 'stdio') {
-    const input = await serveStdio(createDemoServer(serverOptions));
-    // The SDK's stdio transport does not notice its input ending; a Redis connection would
-    // keep the process alive after the client is gone. (The filter ends once the transport
-    // has read every line, so no call already sent is cut off.)
+    // One server per connection; the connection's opening message picks its era.
+    const { input } = serveStdio(() => createDemoServer(serverOptions), reportSdkError);
+    // When the client closes stdin the SDK aborts the calls in flight, unanswered; the guard lets
+    // each keyed one run to its end and records it, so its retry replays. Stopping waits for
+    // that, and for the Redis connection, which would otherwise keep the process alive.
     input.on('end', shutdown);
     // A client that hung up mid-call cannot read its answer; the call is recorded all the same.
     process.stdout.on('error', () => {});
@@ -276,6 +326,7 @@ async function main(): Promise<void> {
     bearerTokens,
     // Stateless: a fresh server for every request, its scope read from the request's auth.
     createServer: () => createDemoServer({ ...serverOptions, scopeOf: principalScope }),
+    onerror: reportSdkError,
   });
   closers.push(http.close);
   log({

@@ -8,26 +8,29 @@
 // message is answered with what is wrong; every other line goes on to the SDK unchanged.
 
 import { Transform, type TransformCallback } from 'node:stream';
-import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
-import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
-import {
-  JSONRPCErrorResponseSchema,
-  JSONRPCMessageSchema,
-  JSONRPCNotificationSchema,
-  JSONRPCRequestSchema,
-  JSONRPCResultResponseSchema,
-} from '@modelcontextprotocol/sdk/types.js';
+import type { McpServer } from '@modelcontextprotocol/server';
+import { parseJSONRPCMessage } from '@modelcontextprotocol/server';
+import { StdioServerTransport, serveStdio as sdkServeStdio } from '@modelcontextprotocol/server/stdio';
 import { DEFAULT_MAX_BODY_BYTES } from './http.js';
 
+export interface StdioService {
+  /** The filtered input: it ends once the SDK has read every line the client sent. */
+  input: NodeJS.ReadableStream;
+  /** Closes the connection: calls in flight are aborted, unanswered. */
+  close(): Promise<void>;
+}
+
 /**
- * Connects `server` to this process's stdin and stdout through the line filter. Resolves with
- * the filtered input, which ends once the SDK has read every line the client sent.
+ * Serves `factory` on this process's stdin and stdout through the line filter, with the SDK's
+ * `serveStdio` entry: the opening message picks the era (a 2026-07-28 request with its envelope,
+ * or a 2025 initialize), and one server from the factory serves the connection.
  */
-export async function serveStdio(server: McpServer): Promise<NodeJS.ReadableStream> {
+export function serveStdio(factory: () => McpServer, onerror?: (error: Error) => void): StdioService {
   const answer = (message: StdioErrorAnswer) => process.stdout.write(`${JSON.stringify(message)}\n`);
   const input = process.stdin.pipe(new StdioLineFilter(answer));
-  await server.connect(new StdioServerTransport(input, process.stdout));
-  return input;
+  const transport = new StdioServerTransport(input, process.stdout);
+  const served = sdkServeStdio(factory, { transport, onerror });
+  return { input, close: served.close };
 }
 
 /** The HTTP body limit, for the same reason: far beyond any sane call, small enough to buffer. */
@@ -108,34 +111,41 @@ function problemWith(line: string): StdioErrorAnswer | undefined {
       `Parse error: ${error instanceof Error ? error.message : 'not JSON'}`,
     );
   }
-  if (JSONRPCMessageSchema.safeParse(value).success) return undefined;
+  if (isJsonRpcMessage(value)) return undefined;
   return errorAnswer(idOf(value), INVALID_REQUEST, `Invalid Request: ${whatIsWrong(value)}`);
 }
+
+function isJsonRpcMessage(value: unknown): boolean {
+  try {
+    parseJSONRPCMessage(value);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+const JSON_RPC_MEMBERS = new Set(['jsonrpc', 'id', 'method', 'params', 'result', 'error']);
 
 function whatIsWrong(value: unknown): string {
   if (Array.isArray(value)) return 'batches are not supported; send one message per line';
   if (!isObject(value)) return 'a message must be a JSON object';
   if (value.jsonrpc !== '2.0') return 'jsonrpc must be "2.0"';
   if (Object.hasOwn(value, 'id') && idOf(value) === null) return 'id must be a string or an integer';
+  const stranger = Object.keys(value).find((member) => !JSON_RPC_MEMBERS.has(member));
+  if (stranger !== undefined) return `JSON-RPC 2.0 defines no member ${JSON.stringify(stranger)}`;
   if (Object.hasOwn(value, 'method')) {
     if (typeof value.method !== 'string') return 'method must be a string';
     if (Object.hasOwn(value, 'params') && !isObject(value.params)) return 'params must be an object';
+    const meta = isObject(value.params) ? value.params._meta : undefined;
+    if (meta !== undefined && !isObject(meta)) return 'params._meta must be an object';
   } else if (!Object.hasOwn(value, 'result') && !Object.hasOwn(value, 'error')) {
     return 'a message needs a method (or a result or an error)';
   }
-  // Anything else the SDK's schema refuses: its first complaint, about the kind of message it is.
-  const schema = Object.hasOwn(value, 'method')
-    ? Object.hasOwn(value, 'id')
-      ? JSONRPCRequestSchema
-      : JSONRPCNotificationSchema
-    : Object.hasOwn(value, 'result')
-      ? JSONRPCResultResponseSchema
-      : JSONRPCErrorResponseSchema;
-  const issue = schema.safeParse(value).error?.issues[0];
-  const where = issue?.path.length ? `${issue.path.join('.')}: ` : '';
-  return `${where}${issue?.message ?? 'not a JSON-RPC 2.0 message'}`.slice(0, 200);
+  if (Object.hasOwn(value, 'result') && !isObject(value.result)) return 'result must be an object';
+  if (Object.hasOwn(value, 'error'))
+    return 'error must be an object with an integer code and a string message';
+  return 'not a JSON-RPC 2.0 message';
 }
-
 function idOf(value: unknown): string | number | null {
   const id = isObject(value) ? value.id : undefined;
   if (typeof id === 'string') return id;

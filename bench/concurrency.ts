@@ -5,8 +5,8 @@
 // alternate (rotating which goes first), so drift lands on both alike.
 
 import { randomUUID } from 'node:crypto';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { callTool } from '../idempotency/index.js';
+import type { Client } from '@modelcontextprotocol/client';
+import { callTool } from '../idempotency/client.js';
 import type { StoreName, TransportName } from './endpoints.js';
 import { rotate } from './matrix.js';
 import { elapsedUs, summarize } from './stats.js';
@@ -103,7 +103,7 @@ async function phase(clients: Client[], variant: 'baseline' | 'first', ms: numbe
         const sent = performance.now();
         const result = await callTool(client, call);
         samplesUs.push(elapsedUs(sent));
-        if (result.structuredContent?.charged !== AMOUNT) {
+        if (Reflect.get(Object(result.structuredContent), 'charged') !== AMOUNT) {
           throw new WrongAnswerError(
             `concurrency, ${variant}: expected a charge, got ${JSON.stringify(result)}`,
           );

@@ -6,10 +6,10 @@
 // "in progress". The two run the same code; only the provider's latency differs, and the
 // in-progress path never reaches the provider.
 
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { connectHttpClient, connectToServer, type HttpInstance, startHttpInstance } from '../client-demo.js';
+import type { Client } from '@modelcontextprotocol/client';
 import { MemoryIdempotencyStore } from '../idempotency/index.js';
 import { closeRedis, connectRedis, RedisIdempotencyStore } from '../idempotency/redis-store.js';
+import { connectHttpClient, connectToServer, type HttpInstance, startHttpInstance } from '../launch.js';
 import { MemoryLedger, RedisLedger } from '../ledger.js';
 import { connectInProcess } from '../test/support/in-process.js';
 

@@ -2,28 +2,25 @@
 //
 // Run by bench.ts in a process of its own, with --expose-gc:
 //   node --expose-gc --import tsx bench/memory.ts <calls>
-// The demo server with its defaults (memory store: 100,000 records, 300 s retention), its
-// real guard and real McpServer dispatch, called directly with raw tools/call requests: a
-// million calls through the SDK client and the in-memory transport take over a minute on a
-// 2-core machine, too long for the run, and add nothing to what the store holds. The first
+// The guard with the demo's defaults (memory store: 100,000 records, 300 s retention), called
+// directly with raw tools/call params, in front of a dispatch that charges the ledger and answers
+// exactly what the charge tool answers: a million calls through an SDK client and transport take
+// minutes on a 2-core machine, too long for the run, and add nothing to what the store holds. The first
 // 100,000 keys execute and are kept; every later one is refused with idempotency_store_full,
 // so the store, and the heap, must stop growing at the cap. A record's cost is the heap it
 // adds; the stored result's share is measured apart, by holding as many copies on their own.
 
 import { randomUUID } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
-import type { JSONRPCRequest } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import {
+  createToolCallGuard,
   DEFAULT_MAX_RECORDS,
   IdempotencyErrorType,
   idempotencyErrorOf,
   MemoryIdempotencyStore,
-  type ToolCallExtra,
 } from '../idempotency/index.js';
-import { rawRequestHandlers } from '../idempotency/sdk-internals.js';
 import { MemoryLedger } from '../ledger.js';
-import { createDemoServer } from '../server.js';
 import { reportResult } from './child.js';
 import { AMOUNT, TOOL } from './variants.js';
 
@@ -58,25 +55,24 @@ async function main(calls: number): Promise<MemoryResult> {
   const store = new MemoryIdempotencyStore();
   const cap = store.maxRecords;
   if (cap !== DEFAULT_MAX_RECORDS) throw new Error('the memory figures are for the default cap');
-  const server = createDemoServer({ ledger: new MemoryLedger(), store });
-  const toolsCall = rawRequestHandlers(server.server).get('tools/call');
-  if (!toolsCall) throw new Error('the demo server has no tools/call handler');
-  const extra: ToolCallExtra = {
-    signal: new AbortController().signal,
-    requestId: 0,
-    sendNotification: async () => {},
-    sendRequest: () => Promise.reject(new Error('the benchmark sends no requests')),
+  const guard = createToolCallGuard({ store });
+  const ledger = new MemoryLedger();
+  const charge = async () => {
+    const balance = await ledger.charge(AMOUNT);
+    return {
+      content: [{ type: 'text', text: `Charged ${AMOUNT}. New balance: ${balance}` }],
+      structuredContent: { charged: AMOUNT, balance },
+    };
   };
-  let id = 0;
-  const request = (idempotencyKey?: string): JSONRPCRequest => ({
-    jsonrpc: '2.0',
-    id: ++id,
-    method: 'tools/call',
-    params: { name: TOOL, arguments: { amount: AMOUNT }, ...(idempotencyKey && { idempotencyKey }) },
-  });
+  const toolsCall = (idempotencyKey?: string) =>
+    guard(
+      { name: TOOL, arguments: { amount: AMOUNT }, ...(idempotencyKey && { idempotencyKey }) },
+      {},
+      charge,
+    );
 
   // Warm up without keys, so nothing is stored before the first measurement.
-  for (let i = 0; i < 2_000; i++) await toolsCall(request(), extra);
+  for (let i = 0; i < 2_000; i++) await toolsCall();
   const before = sample();
   const started = performance.now();
   let executed = 0;
@@ -85,7 +81,7 @@ async function main(calls: number): Promise<MemoryResult> {
   const callUntil = async (limit: number) => {
     for (; made < limit; made++) {
       try {
-        const result = await toolsCall(request(randomUUID()), extra);
+        const result = await toolsCall(randomUUID());
         const charged: unknown = Reflect.get(Object(result.structuredContent), 'charged');
         if (charged !== AMOUNT) throw new Error(`expected a charge, got ${JSON.stringify(result)}`);
         executed += 1;
@@ -132,7 +128,7 @@ async function main(calls: number): Promise<MemoryResult> {
 
 /**
  * The heap one stored result takes: `count` results shaped exactly as the charge tool
- * returns them (and McpServer passes on, the same object), each with its own text.
+ * returns them, each with its own text.
  */
 function storedResultBytes(count: number): number {
   const held: unknown[] = new Array(count);

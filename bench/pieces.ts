@@ -5,18 +5,15 @@
 // rotating order, as in the main matrix. A sample is one batch's time divided by its calls.
 
 import { randomUUID } from 'node:crypto';
-import { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import type { JSONRPCRequest, Result } from '@modelcontextprotocol/sdk/types.js';
 import {
   checkIdempotencyKey,
+  createToolCallGuard,
   fingerprintToolCall,
   IdempotencyErrorType,
   idempotencyErrorOf,
-  installIdempotencyGuard,
+  type JsonObject,
   MemoryIdempotencyStore,
-  type ToolCallExtra,
 } from '../idempotency/index.js';
-import { type RawRequestHandler, rawRequestHandlers } from '../idempotency/sdk-internals.js';
 import { rotate } from './matrix.js';
 import { jsonBytes, orderArgumentsOfSize, SMALL_ARGUMENTS } from './payloads.js';
 import { type Summary, summarize } from './stats.js';
@@ -135,39 +132,19 @@ function validationAndFingerprint(): Piece[] {
 
 // --- The guard alone: the real guard in front of a tool that does nothing ---
 //
-// No transport, no SDK parsing, no tool: the unkeyed row is the floor (a call through the
+// No SDK, no transport, no parsing, no tool: the unkeyed row is the floor (a call through the
 // guard's "no key" branch), and the keyed rows minus it are what the guard itself adds.
 
-const NOOP_RESULT: Result = {
+const NOOP_RESULT: JsonObject = {
   content: [{ type: 'text', text: `Charged ${AMOUNT}. New balance: ${AMOUNT}` }],
   structuredContent: { charged: AMOUNT, balance: AMOUNT },
 };
 
 function guardAlone(): Piece[] {
-  const server = new Server({ name: 'bench-guard-alone', version: '0' }, { capabilities: { tools: {} } });
-  const handlers = rawRequestHandlers(server);
+  const guard = createToolCallGuard({ store: new MemoryIdempotencyStore({ maxRecords: 10_000_000 }) });
   // `hold` keeps the original of the in-progress piece executing for the whole run.
-  const noopTool: RawRequestHandler = (request) =>
-    isHeld(request) ? new Promise<never>(() => {}) : Promise.resolve(NOOP_RESULT);
-  handlers.set('tools/call', noopTool);
-  installIdempotencyGuard(server, { store: new MemoryIdempotencyStore({ maxRecords: 10_000_000 }) });
-  const guarded = handlers.get('tools/call');
-  if (!guarded) throw new Error('the guard did not install');
-
-  const extra: ToolCallExtra = {
-    signal: new AbortController().signal,
-    requestId: 0,
-    sendNotification: async () => {},
-    sendRequest: () => Promise.reject(new Error('the benchmark sends no requests')),
-  };
-  let id = 0;
-  const request = (params: Record<string, unknown>): JSONRPCRequest => ({
-    jsonrpc: '2.0',
-    id: ++id,
-    method: 'tools/call',
-    params,
-  });
-  const call = (params: Record<string, unknown>) => guarded(request(params), extra);
+  const call = (params: Record<string, unknown>) =>
+    guard(params, {}, () => (isHeld(params) ? new Promise<never>(() => {}) : Promise.resolve(NOOP_RESULT)));
   const expectError = async (params: Record<string, unknown>, type: IdempotencyErrorType) => {
     try {
       await call(params);
@@ -245,7 +222,7 @@ function guardAlone(): Piece[] {
   ];
 }
 
-function isHeld(request: JSONRPCRequest): boolean {
-  const args: unknown = request.params?.arguments;
+function isHeld(params: Record<string, unknown>): boolean {
+  const args: unknown = params.arguments;
   return typeof args === 'object' && args !== null && Reflect.get(args, 'hold') === true;
 }

@@ -6,15 +6,9 @@
 
 import { randomUUID } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import {
-  callTool,
-  IdempotencyErrorType,
-  idempotencyErrorOf,
-  type KeyedToolCall,
-  type ToolCall,
-} from '../idempotency/index.js';
+import type { CallToolResult, Client } from '@modelcontextprotocol/client';
+import { callTool, type KeyedToolCall, type ToolCall } from '../idempotency/client.js';
+import { IdempotencyErrorType, idempotencyErrorOf } from '../idempotency/index.js';
 import type { Endpoint } from './endpoints.js';
 
 export type VariantName = 'baseline' | 'first' | 'replay' | 'conflict' | 'inProgress';
@@ -75,9 +69,13 @@ export function makeVariants(
     throw new WrongAnswerError(`${where}, ${VARIANT_LABEL[variant]}: expected ${what}, got ${got}`);
   };
   const expectExecuted = (variant: VariantName, outcome: Outcome) => {
-    const answer = outcome.ok ? outcome.result.structuredContent : undefined;
-    const balance = answer?.balance;
-    if (answer?.charged !== args.amount || typeof balance !== 'number' || !(balance > ledger.balance)) {
+    const answer = Object(outcome.ok ? outcome.result.structuredContent : undefined);
+    const balance: unknown = Reflect.get(answer, 'balance');
+    if (
+      Reflect.get(answer, 'charged') !== args.amount ||
+      typeof balance !== 'number' ||
+      !(balance > ledger.balance)
+    ) {
       fail(variant, `a new charge of ${args.amount} (balance above ${ledger.balance})`, outcome);
     }
     ledger.balance = Number(balance);

@@ -5,42 +5,51 @@
 // the capabilities it parses.
 
 import { randomUUID } from 'node:crypto';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import type { RequestOptions } from '@modelcontextprotocol/sdk/shared/protocol.js';
-import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import {
   type CallToolResult,
-  CallToolResultSchema,
-  ErrorCode,
+  type Client,
   type JSONRPCMessage,
-} from '@modelcontextprotocol/sdk/types.js';
+  type RequestOptions,
+  SdkError,
+  SdkErrorCode,
+  type Transport,
+} from '@modelcontextprotocol/client';
+import { z } from 'zod';
 import { IdempotencyErrorType, idempotencyErrorOf } from './errors.js';
 
-export interface ToolCall {
+/** The stateless protocol revision the SEP is written for. */
+export const MODERN_PROTOCOL_VERSION = '2026-07-28';
+
+/** The last protocol revision with initialize; 2025-era clients still speak it. */
+export const LEGACY_PROTOCOL_VERSION = '2025-11-25';
+
+// Type aliases, not interfaces: the SDK's typed `request` takes params as a Record.
+export type ToolCall = {
   name: string;
   arguments?: Record<string, unknown>;
-}
+};
 
-export interface KeyedToolCall extends ToolCall {
+export type KeyedToolCall = ToolCall & {
   /** SEP: a sibling of `name` and `arguments`, not inside `arguments`, not in `_meta`. */
   idempotencyKey: string;
-}
+};
 
 /**
  * `tools/call`, with `params.idempotencyKey` when the call carries one. The SDK client's
- * `callTool` has no place for the key; its `request` sends extra params fields unchanged.
+ * `callTool` has no place for the key; its typed `request` sends extra params fields unchanged
+ * (and, on a 2026-07-28 connection, adds the per-request envelope).
  */
 export function callTool(
   client: Client,
   call: ToolCall | KeyedToolCall,
   options?: RequestOptions,
 ): Promise<CallToolResult> {
-  return client.request({ method: 'tools/call', params: call }, CallToolResultSchema, options);
+  return client.request({ method: 'tools/call', params: call }, options);
 }
 
 export interface RetryPolicy {
   maxAttempts: number;
-  /** Per-attempt timeout; the SDK rejects with -32001 and tells the server it gave up. */
+  /** Per-attempt timeout; the SDK rejects with `SdkError` REQUEST_TIMEOUT and tells the server it gave up. */
   timeoutMs: number;
   initialBackoffMs: number;
   maxBackoffMs: number;
@@ -122,8 +131,8 @@ function retryableOutcome(error: unknown): AttemptOutcome | undefined {
   if (sep?.type === IdempotencyErrorType.inProgress) return 'inProgress';
   if (sep?.type === IdempotencyErrorType.storeUnavailable) return 'storeUnavailable';
   if (sep?.type === IdempotencyErrorType.storeFull) return 'storeFull';
-  const code = typeof error === 'object' && error !== null ? Reflect.get(error, 'code') : undefined;
-  return code === ErrorCode.RequestTimeout ? 'timedOut' : undefined;
+  // The answer may be lost, not the work: the one failure worth retrying with the same key.
+  return error instanceof SdkError && error.code === SdkErrorCode.RequestTimeout ? 'timedOut' : undefined;
 }
 
 /** Exponential backoff with full jitter, so a crowd of retries does not arrive together. */
@@ -137,13 +146,27 @@ function sleep(ms: number): Promise<void> {
 }
 
 // --- Discovery: capabilities.tools.idempotency, as the server sent it ---
+//
+// The SDK client parses capabilities with a schema that drops `tools.idempotency`, in both eras,
+// so each era's answer is read before that schema sees it.
 
 /**
- * Call before `client.connect(transport)`. Resolves with the `capabilities` object of the
- * initialize result exactly as it arrived, before the SDK's schema drops
- * `tools.idempotency`. (Protocol.connect chains an `onmessage` that is already set.)
+ * 2026-07-28: asks `server/discover` and returns its `capabilities` as the server sent them
+ * (SEP: a client that requires deduplication SHOULD check here).
  */
-export function captureServerCapabilities(transport: Transport): Promise<unknown> {
+export async function discoverCapabilities(client: Client, options?: RequestOptions): Promise<unknown> {
+  const result = await client.request({ method: 'server/discover' }, LooseDiscoverResult, options);
+  return result.capabilities;
+}
+
+const LooseDiscoverResult = z.looseObject({ capabilities: z.unknown() });
+
+/**
+ * 2025-11-25: call before `client.connect(transport)`. Resolves with the `capabilities` object of
+ * the initialize result exactly as it arrived. (Protocol.connect chains an `onmessage` that is
+ * already set.)
+ */
+export function captureInitializeCapabilities(transport: Transport): Promise<unknown> {
   return new Promise((resolve) => {
     transport.onmessage = (message: JSONRPCMessage) => {
       if ('result' in message && typeof message.result.protocolVersion === 'string') {

@@ -1,17 +1,16 @@
 // --- Protocol-level idempotency dispatch (SEP-3182) ---
 //
-// The guard wraps the server's `tools/call` dispatch, so it applies to every tool and no
-// tool body carries idempotency logic. `guardToolCall` reads top to bottom as the SEP's
-// algorithm: no key → validate → fingerprint → claim → conflict? → in progress? → replay
-// → execute once and record.
+// The guard sits in front of a server's `tools/call` dispatch, so it applies to every tool and
+// no tool body carries idempotency logic. It knows no SDK: it takes the raw params as they came
+// off the wire, the caller's scope and a dispatch to call, and an adapter per SDK line
+// (`sdk-v2.ts`, `sdk-v1.ts`) puts it in front of that line's dispatch. `guardToolCall` reads top
+// to bottom as the SEP's algorithm: no key → validate → fingerprint → claim → conflict? → in
+// progress? → replay → execute once and record.
 
-import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import type { JSONRPCRequest, Result, ServerCapabilities } from '@modelcontextprotocol/sdk/types.js';
 import { IdempotencyErrorType, INTERNAL_ERROR, idempotencyError, JsonRpcError, Messages } from './errors.js';
 import { fingerprintToolCall } from './fingerprint.js';
 import { checkIdempotencyKey } from './key.js';
-import { type RawRequestHandler, rawRequestHandlers, type ToolCallExtra } from './sdk-internals.js';
-import type { Claim, IdempotencyStore, RecordId, StoredResponse } from './store.js';
+import type { Claim, IdempotencyStore, JsonObject, RecordId, StoredResponse, WireError } from './store.js';
 
 /** The prototype's retention: long enough for any sane retry loop, short enough to bound memory. */
 export const DEFAULT_RETENTION_MS = 300_000;
@@ -29,13 +28,19 @@ export const LOCAL_SCOPE = 'local';
 /** Callers that present no credentials all share this scope. */
 export const ANONYMOUS_SCOPE = 'anonymous';
 
+/** What the guard needs to know of the caller, whichever SDK line read it from the request. */
+export interface Caller {
+  /** The verified bearer token's holder, when the transport authenticated the request. */
+  authInfo?: { clientId: string; scopes?: readonly string[] };
+}
+
 /**
  * The scope of an authenticated request: the principal the bearer token belongs to (the
  * SDK's `authInfo.clientId`). Without auth every caller shares one anonymous scope, and then
  * a key guessed or reused by another caller does replay: deploy with auth where that matters.
  */
-export function principalScope(extra: ToolCallExtra): string {
-  return extra.authInfo ? `principal:${extra.authInfo.clientId}` : ANONYMOUS_SCOPE;
+export function principalScope(caller: Caller): string {
+  return caller.authInfo ? `principal:${caller.authInfo.clientId}` : ANONYMOUS_SCOPE;
 }
 
 export type Decision =
@@ -66,7 +71,7 @@ export interface IdempotencyGuardOptions {
    * The caller's authorization boundary (an OAuth principal, the local user, a workspace).
    * SEP: one caller's key must never replay another caller's result.
    */
-  scopeOf?: (extra: ToolCallExtra) => string;
+  scopeOf?: (caller: Caller) => string;
   /** One call per keyed decision, for the operator's log. */
   onDecision?: (event: DecisionEvent) => void;
 }
@@ -74,16 +79,20 @@ export interface IdempotencyGuardOptions {
 /** The capability a server advertises: `capabilities.tools.idempotency`, intentionally empty. */
 export const IDEMPOTENCY_CAPABILITY = { idempotency: {} } as const;
 
+/** The server's own `tools/call` dispatch: parse, run the tool, answer (or throw a JSON-RPC error). */
+export type Dispatch = () => Promise<JsonObject>;
+
 /**
- * Puts the guard in front of `server`'s `tools/call` dispatch and advertises the capability.
- * Call it after the tools are registered (so the dispatch exists) and before `connect`.
+ * The guard an adapter installs: raw `tools/call` params (before any SDK schema strips the
+ * key), the caller, and the dispatch to run at most once per key.
  */
-export function installIdempotencyGuard(server: Server, options: IdempotencyGuardOptions): void {
-  const handlers = rawRequestHandlers(server);
-  const dispatch = handlers.get('tools/call');
-  if (!dispatch) {
-    throw new Error('SEP-3182 guard: no tools/call handler yet; register tools before installing the guard');
-  }
+export type ToolCallGuard = (
+  params: Readonly<Record<string, unknown>>,
+  caller: Caller,
+  dispatch: Dispatch,
+) => Promise<JsonObject>;
+
+export function createToolCallGuard(options: IdempotencyGuardOptions): ToolCallGuard {
   const settings: GuardSettings = {
     store: options.store,
     retentionMs: options.retentionMs ?? DEFAULT_RETENTION_MS,
@@ -91,27 +100,19 @@ export function installIdempotencyGuard(server: Server, options: IdempotencyGuar
     scopeOf: options.scopeOf ?? (() => LOCAL_SCOPE),
     onDecision: options.onDecision ?? (() => {}),
   };
-  handlers.set('tools/call', (request, extra) => guardToolCall(request, extra, dispatch, settings));
-
-  // The SDK types `tools` as { listChanged?: boolean } but merges and sends whatever object it
-  // is given, which is all the SEP asks. (Registered here, after McpServer's own handler
-  // exists: passing `tools` to the McpServer constructor would install that handler early.)
-  const tools: ServerCapabilities['tools'] & Record<string, unknown> = { ...IDEMPOTENCY_CAPABILITY };
-  server.registerCapabilities({ tools });
+  return (params, caller, dispatch) => guardToolCall(params, caller, dispatch, settings);
 }
 
 type GuardSettings = Required<IdempotencyGuardOptions>;
 
 async function guardToolCall(
-  request: JSONRPCRequest,
-  extra: ToolCallExtra,
-  dispatch: RawRequestHandler,
+  params: Readonly<Record<string, unknown>>,
+  caller: Caller,
+  dispatch: Dispatch,
   settings: GuardSettings,
-): Promise<Result> {
-  const params = request.params ?? {};
-
+): Promise<JsonObject> {
   // SEP: no key, exactly today's behaviour. Every call executes.
-  if (!Object.hasOwn(params, 'idempotencyKey')) return dispatch(request, extra);
+  if (!Object.hasOwn(params, 'idempotencyKey')) return dispatch();
 
   const log = new DecisionLog(settings.onDecision, params.name);
 
@@ -132,7 +133,7 @@ async function guardToolCall(
   }
 
   // One atomic store operation either claims the key or returns what already holds it.
-  const id: RecordId = { scope: settings.scopeOf(extra), idempotencyKey };
+  const id: RecordId = { scope: settings.scopeOf(caller), idempotencyKey };
   let claim: Claim;
   try {
     claim = await settings.store.claim(id, fingerprint.fingerprint, settings.leaseMs);
@@ -165,7 +166,9 @@ async function guardToolCall(
   }
 
   // The only path that executes. Whatever the dispatch answers is recorded, errors included.
-  const outcome = await settle(() => dispatch(request, extra));
+  // The dispatch runs to its end even when the SDK has aborted the request (a client that hung
+  // up, a stdio input that ended): its answer is recorded so the retry replays it.
+  const outcome = await settle(dispatch);
   try {
     const recorded = await settings.store.complete(claim.ticket, outcome.stored, settings.retentionMs);
     // Not recorded: the call outlived its lease and a retry has claimed the key since (or the
@@ -213,11 +216,11 @@ class DecisionLog {
 }
 
 type Outcome =
-  | { threw: false; result: Result; stored: StoredResponse }
+  | { threw: false; result: JsonObject; stored: StoredResponse }
   | { threw: true; error: unknown; stored: StoredResponse };
 
-/** Runs the dispatch, catching a synchronous throw too: the SDK's own parse throws before any promise exists. */
-async function settle(run: () => Promise<Result>): Promise<Outcome> {
+/** Runs the dispatch, catching a synchronous throw too: an SDK's own parse may throw before any promise exists. */
+async function settle(run: Dispatch): Promise<Outcome> {
   try {
     const result = await run();
     return { threw: false, result, stored: { result } };
@@ -226,14 +229,14 @@ async function settle(run: () => Promise<Result>): Promise<Outcome> {
   }
 }
 
-function replay(response: StoredResponse): Result {
+function replay(response: StoredResponse): JsonObject {
   if ('result' in response) return response.result;
   const { code, message, data } = response.error;
   throw new JsonRpcError(code, message, data);
 }
 
-/** The error object the SDK's Protocol writes for a thrown value (shared/protocol.js). */
-function asWireError(error: unknown): { code: number; message: string; data?: unknown } {
+/** The error object both SDK lines' Protocol write for a thrown value: its code, message and data. */
+function asWireError(error: unknown): WireError {
   const field = (name: string): unknown =>
     typeof error === 'object' && error !== null ? Reflect.get(error, name) : undefined;
   const code = field('code');

@@ -5,16 +5,23 @@
 // the guard. `claim` must be atomic across every process sharing the store: of N
 // concurrent claims of one (scope, key), exactly one may come back `claimed`.
 
-import type { Result } from '@modelcontextprotocol/sdk/types.js';
 import type { Fingerprint } from './fingerprint.js';
 
 /**
  * Whatever the dispatch answered, kept so a retry gets the same bytes: a `result` (a
  * success or an `isError` tool result) or a JSON-RPC `error`. SEP: errors replay too.
  */
-export type StoredResponse =
-  | { result: Result }
-  | { error: { code: number; message: string; data?: unknown } };
+export type StoredResponse = { result: JsonObject } | { error: WireError };
+
+/** A JSON-RPC `result`: whatever object the dispatch answered, kept as it was. */
+export type JsonObject = { [key: string]: unknown };
+
+/** A JSON-RPC `error` object. */
+export interface WireError {
+  code: number;
+  message: string;
+  data?: unknown;
+}
 
 /**
  * Records are scoped to the caller's authorization boundary (SEP-3182 security section):

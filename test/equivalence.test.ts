@@ -6,9 +6,8 @@ import { createHash, randomUUID } from 'node:crypto';
 import canonicalize from 'canonicalize';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { balanceOf } from '../client-demo.js';
+import { callTool } from '../idempotency/client.js';
 import {
-  callTool,
   checkIdempotencyKey,
   fingerprintToolCall,
   IdempotencyErrorType,
@@ -16,6 +15,7 @@ import {
   MAX_IDEMPOTENCY_KEY_LENGTH,
   MemoryIdempotencyStore,
 } from '../idempotency/index.js';
+import { balanceOf } from '../launch.js';
 import { connectInProcess, type InProcessConnection } from './support/in-process.js';
 import { errorFrom } from './support/sep-cases.js';
 

@@ -1,19 +1,22 @@
 // The guard in process, where the test owns the clock, the store and the caller's scope.
 
 import { randomUUID } from 'node:crypto';
+import { McpServer as McpServerV1 } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { McpServer as McpServerV2 } from '@modelcontextprotocol/server';
 import { afterEach, describe, expect, it } from 'vitest';
-import { balanceOf } from '../client-demo.js';
+import { z } from 'zod';
+import { callTool } from '../idempotency/client.js';
 import {
   type Claim,
-  callTool,
   IdempotencyErrorType,
   type IdempotencyStore,
   INTERNAL_ERROR,
   idempotencyErrorOf,
-  installIdempotencyGuard,
   MemoryIdempotencyStore,
-  verifyGuardSeesKeys,
 } from '../idempotency/index.js';
+import * as v1 from '../idempotency/sdk-v1.js';
+import * as v2 from '../idempotency/sdk-v2.js';
+import { balanceOf } from '../launch.js';
 import { MemoryLedger } from '../ledger.js';
 import { connectInProcess, type InProcessConnection, ManualClock } from './support/in-process.js';
 import { errorFrom, textOf } from './support/sep-cases.js';
@@ -189,20 +192,52 @@ describe('a store that cannot be reached', () => {
   });
 });
 
-describe('installing the guard', () => {
-  it('refuses to install before any tool exists, rather than guard nothing', async () => {
-    const { McpServer } = await import('@modelcontextprotocol/sdk/server/mcp.js');
-    const empty = new McpServer({ name: 'empty', version: '0' });
-    expect(() => installIdempotencyGuard(empty.server, { store: new MemoryIdempotencyStore() })).toThrow(
-      /register tools before installing the guard/,
-    );
+// Each SDK line's adapter, installed on a server of its own line: one with no tools yet, and
+// one whose SDK (as if changed) no longer keeps its handlers where the guard reaches for them.
+const options = () => ({ store: new MemoryIdempotencyStore() });
+const withoutHandlerMap = <S extends { server: object }>(server: S): S => {
+  Reflect.set(server.server, '_requestHandlers', undefined);
+  return server;
+};
+const adapters = [
+  {
+    line: 'v2 (@modelcontextprotocol/server)',
+    verifyGuardSeesKeys: v2.verifyGuardSeesKeys,
+    installOnBare: () => v2.installIdempotencyGuard(new McpServerV2({ name: 't', version: '0' }), options()),
+    installOnChangedSdk: () => {
+      const server = new McpServerV2({ name: 't', version: '0' });
+      server.registerTool('t', { inputSchema: z.object({}) }, () => ({ content: [] }));
+      v2.installIdempotencyGuard(withoutHandlerMap(server), options());
+    },
+  },
+  {
+    line: 'v1 (@modelcontextprotocol/sdk)',
+    verifyGuardSeesKeys: v1.verifyGuardSeesKeys,
+    installOnBare: () => v1.installIdempotencyGuard(new McpServerV1({ name: 't', version: '0' }), options()),
+    installOnChangedSdk: () => {
+      const server = new McpServerV1({ name: 't', version: '0' });
+      server.registerTool('t', { inputSchema: {} }, () => ({ content: [] }));
+      v1.installIdempotencyGuard(withoutHandlerMap(server), options());
+    },
+  },
+];
+
+describe.each(adapters)('installing the guard with the $line adapter', (adapter) => {
+  it('refuses to install before any tool exists, rather than guard nothing', () => {
+    expect(adapter.installOnBare).toThrow(/register tools before installing the guard/);
+  });
+
+  it('refuses to install when the SDK no longer keeps its handlers where the guard expects', () => {
+    expect(adapter.installOnChangedSdk).toThrow(/refusing to start without deduplication/);
   });
 
   it('passes the start-up self-check with this SDK', async () => {
-    await expect(verifyGuardSeesKeys()).resolves.toBeUndefined();
+    await expect(adapter.verifyGuardSeesKeys()).resolves.toBeUndefined();
   });
 
   it('fails the start-up self-check loudly when keys stop reaching the guard', async () => {
-    await expect(verifyGuardSeesKeys(() => {})).rejects.toThrow(/executed 2 times.*refusing to start/);
+    await expect(adapter.verifyGuardSeesKeys(() => {})).rejects.toThrow(
+      /executed 2 times.*refusing to start/,
+    );
   });
 });

@@ -5,10 +5,14 @@ import { randomUUID } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { ERAS } from '../launch.js';
+import { jsonRpcText } from './support/hostile.js';
 import { connectHttp, type HttpInstance, startHttpInstance } from './support/http.js';
 import { describeSepCases } from './support/sep-cases.js';
 
-describeSepCases('stateless Streamable HTTP (memory store)', (args) => connectHttp(args));
+for (const era of ERAS) {
+  describeSepCases(`stateless Streamable HTTP, ${era} (memory store)`, (args) => connectHttp(args, era));
+}
 
 const ToolResponse = z.object({
   result: z.looseObject({
@@ -41,7 +45,7 @@ describe('stateless HTTP without a session', () => {
     const first = await post({ jsonrpc: '2.0', id: 1, method: 'tools/call', params });
     const retry = await post({ jsonrpc: '2.0', id: 1, method: 'tools/call', params });
     expect(first.status).toBe(200);
-    expect(await retry.text()).toBe(await first.text());
+    expect(await jsonRpcText(retry)).toBe(await jsonRpcText(first));
     expect(first.headers.get('mcp-session-id')).toBeNull();
   });
 
@@ -54,7 +58,7 @@ describe('stateless HTTP without a session', () => {
     });
     expect(response.status).toBe(413);
     expect(await response.json()).toMatchObject({
-      error: { code: -32600, message: 'Request body too large' },
+      error: { code: -32000, message: 'Payload Too Large: Request body must not exceed 4194304 bytes' },
     });
   });
 
@@ -103,7 +107,7 @@ describe('bearer auth and per-principal scope', () => {
       body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params }),
     });
   const resultOf = async (response: Promise<Response>) =>
-    ToolResponse.parse(await (await response).json()).result;
+    ToolResponse.parse(JSON.parse(await jsonRpcText(await response))).result;
   const balance = async (token: string) =>
     (await resultOf(call(token, { name: 'get_balance', arguments: {} }))).structuredContent.balance;
 

@@ -14,7 +14,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { IdempotencyErrorType, INVALID_PARAMS } from '../idempotency/index.js';
-import { postRaw } from './support/hostile.js';
+import { jsonRpcText, postRaw } from './support/hostile.js';
 import { type HttpInstance, startHttpInstance } from './support/http.js';
 import { type RawAnswer, RawStdioPeer } from './support/raw-stdio.js';
 import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix, waitUntil } from './support/redis.js';
@@ -213,7 +213,7 @@ describe('hand-written HTTP requests (fetch), no MCP client at all', () => {
     });
     expect(response.status).toBe(200);
     expect(response.headers.get('mcp-session-id')).toBeNull();
-    expect(field(await response.json(), 'result')).toMatchObject({
+    expect(field(JSON.parse(await jsonRpcText(response)), 'result')).toMatchObject({
       capabilities: { tools: { idempotency: {} } },
     });
   });

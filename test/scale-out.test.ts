@@ -3,10 +3,11 @@
 // deployments is a shared store; these tests show what it buys.
 
 import { randomUUID } from 'node:crypto';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import type { Client } from '@modelcontextprotocol/client';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { balanceOf, resetLedger } from '../client-demo.js';
-import { callTool, IdempotencyErrorType, idempotencyErrorOf } from '../idempotency/index.js';
+import { callTool } from '../idempotency/client.js';
+import { IdempotencyErrorType, idempotencyErrorOf } from '../idempotency/index.js';
+import { balanceOf, ERAS, resetLedger } from '../launch.js';
 import { connectHttp, connectHttpClient, type HttpInstance, startHttpInstance } from './support/http.js';
 import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from './support/redis.js';
 import { describeSepCases, textOf } from './support/sep-cases.js';
@@ -26,13 +27,13 @@ function redisArgs(prefix: string): string[] {
 
 describe.skipIf(!redis)('SEP cases with the Redis store', () => {
   // Every connection gets a prefix of its own: its own records and its own ledger.
-  describeSepCases(
-    'stateless HTTP with the Redis store',
-    (args) => connectHttp([...args, ...redisArgs(uniqueKeyPrefix('sep'))]),
-    {
-      recordCap: false,
-    },
-  );
+  for (const era of ERAS) {
+    describeSepCases(
+      `stateless HTTP, ${era}, with the Redis store`,
+      (args) => connectHttp([...args, ...redisArgs(uniqueKeyPrefix('sep'))], era),
+      { recordCap: false },
+    );
+  }
 });
 
 describe.skipIf(!redis)('two instances sharing one Redis', () => {
@@ -41,7 +42,7 @@ describe.skipIf(!redis)('two instances sharing one Redis', () => {
   let b: HttpInstance;
   let clients: Client[] = [];
   const connect = async (instance: HttpInstance, token: string) => {
-    const client = await connectHttpClient(instance.url, token);
+    const client = await connectHttpClient(instance.url, { token });
     clients.push(client);
     return client;
   };

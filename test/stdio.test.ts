@@ -1,6 +1,15 @@
-// The SEP-3182 cases end to end: the real server process, the real SDK client, over stdio.
+// The SEP-3182 cases end to end over stdio: the real server process and the real SDK client, in
+// both protocol eras; and the same cases against a server on the v1 SDK line with the v1 adapter.
 
-import { connectToServer } from '../client-demo.js';
+import { LEGACY_PROTOCOL_VERSION } from '../idempotency/client.js';
+import { connectToServer, ERAS } from '../launch.js';
 import { describeSepCases } from './support/sep-cases.js';
 
-describeSepCases('stdio', connectToServer);
+for (const era of ERAS) {
+  describeSepCases(`stdio, ${era}`, (args) => connectToServer(args, { era }));
+}
+
+describeSepCases(
+  'stdio, a server on the v1 SDK line (@modelcontextprotocol/sdk) with the v1 adapter',
+  (args) => connectToServer(args, { era: LEGACY_PROTOCOL_VERSION, script: 'test/support/v1-server.ts' }),
+);

@@ -84,9 +84,9 @@ describe('a keyed retry on the wire', () => {
     const params = '{"name":"charge_guarded","arguments":[100],"idempotencyKey":"wire-4"}';
     const first = await callRaw(params);
     const retry = await callRaw(params);
-    // The SDK's own parse rejects it (as -32603 with zod's report); the guard keeps that answer.
+    // The SDK's own parse rejects it (as -32602 with zod's report); the guard keeps that answer.
     expect(first.message.error).toMatchObject({
-      code: -32603,
+      code: -32602,
       message: expect.stringMatching(/expected record/),
     });
     expect(withoutId(retry)).toBe(withoutId(first));

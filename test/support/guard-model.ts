@@ -9,10 +9,11 @@
 // with the model on every answer, on what the provider is doing and on the balance.
 
 import { AsyncLocalStorage } from 'node:async_hooks';
-import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { isDeepStrictEqual } from 'node:util';
+import type { CallToolResult } from '@modelcontextprotocol/client';
 import fc from 'fast-check';
+import { callTool } from '../../idempotency/client.js';
 import {
-  callTool,
   IdempotencyErrorType,
   type IdempotencyStore,
   INTERNAL_ERROR,
@@ -20,6 +21,7 @@ import {
   idempotencyErrorOf,
 } from '../../idempotency/index.js';
 import type { Ledger } from '../../ledger.js';
+import { SERVER_INFO } from '../../server.js';
 import { connectInProcess, type InProcessConnection } from './in-process.js';
 
 // --- The provider, with a gate the test opens ---
@@ -127,14 +129,20 @@ type Expectation =
   | { kind: 'held' }
   /** Answered exactly this (a replay: the original's answer, as its caller received it). */
   | { kind: 'exactly'; outcome: Outcome }
-  /** A tool error result (unknown tool, invalid amount), answered at once. */
+  /** A tool error result (an invalid amount), answered at once. */
   | { kind: 'toolError'; text: RegExp }
+  /** A JSON-RPC error from the server's own dispatch (an unknown tool), answered at once. */
+  | { kind: 'rpcError'; code: number; message: RegExp }
   | { kind: 'error'; code: number; type: string; idempotencyKey: string };
+
+/** On 2026-07-28 the SDK stamps every result with the server's identity (servers SHOULD). */
+const RESULT_META = { 'io.modelcontextprotocol/serverInfo': SERVER_INFO };
 
 function chargeResult(amount: number, balance: number): Outcome {
   return {
     kind: 'result',
     result: {
+      _meta: RESULT_META,
       content: [{ type: 'text', text: `Charged ${amount}. New balance: ${balance}` }],
       structuredContent: { charged: amount, balance },
     },
@@ -144,7 +152,11 @@ function chargeResult(amount: number, balance: number): Outcome {
 function balanceResult(balance: number): Outcome {
   return {
     kind: 'result',
-    result: { content: [{ type: 'text', text: `Balance: ${balance}` }], structuredContent: { balance } },
+    result: {
+      _meta: RESULT_META,
+      content: [{ type: 'text', text: `Balance: ${balance}` }],
+      structuredContent: { balance },
+    },
   };
 }
 
@@ -162,6 +174,8 @@ function describeExpectation(expectation: Expectation): string {
       return describeOutcome(expectation.outcome);
     case 'toolError':
       return `a tool error matching ${expectation.text}`;
+    case 'rpcError':
+      return `error ${expectation.code} matching ${expectation.message}`;
     case 'error':
       return `error ${expectation.code} ${expectation.type}`;
   }
@@ -174,12 +188,19 @@ function mismatch(expectation: Expectation, outcome: Outcome | undefined, held: 
   if (held || !outcome) return why;
   switch (expectation.kind) {
     case 'exactly':
-      return JSON.stringify(outcome) === JSON.stringify(expectation.outcome) ? undefined : why;
+      return isDeepStrictEqual(outcome, expectation.outcome) ? undefined : why;
     case 'toolError': {
       if (outcome.kind !== 'result' || outcome.result.isError !== true) return why;
       const text = outcome.result.content.map((c) => (c.type === 'text' ? c.text : '')).join('');
       return expectation.text.test(text) ? undefined : why;
     }
+    case 'rpcError':
+      return outcome.kind === 'error' &&
+        outcome.code === expectation.code &&
+        outcome.type === undefined &&
+        expectation.message.test(outcome.message)
+        ? undefined
+        : why;
     case 'error':
       return outcome.kind === 'error' &&
         outcome.code === expectation.code &&
@@ -355,7 +376,7 @@ export class GuardModel {
       return { kind: 'toolError', text: /amount/ };
     }
     if (tool === 'get_balance') return { kind: 'exactly', outcome: balanceResult(this.balance) };
-    return { kind: 'toolError', text: /no_such_tool/ };
+    return { kind: 'rpcError', code: INVALID_PARAMS, message: /Tool no_such_tool not found/ };
   }
 
   /** The provider commits a held charge; its answer is the new balance. */
@@ -460,6 +481,8 @@ export async function startRealSystem(options: RealSystemOptions): Promise<RealS
         scope: caller.scope,
         retentionMs: options.retentionMs,
         leaseMs: options.leaseMs,
+        // A request per fetch call: each charge reaches the ledger in its own call's context.
+        entry: 'http',
       }),
     );
   }
@@ -488,9 +511,11 @@ export async function startRealSystem(options: RealSystemOptions): Promise<RealS
           },
           (error: unknown) => {
             const sep = idempotencyErrorOf(error);
+            const code: unknown =
+              typeof error === 'object' && error !== null ? Reflect.get(error, 'code') : undefined;
             call.outcome = {
               kind: 'error',
-              code: sep?.code,
+              code: typeof code === 'number' ? code : undefined,
               type: sep?.type,
               idempotencyKey: sep?.idempotencyKey,
               message: error instanceof Error ? error.message : String(error),

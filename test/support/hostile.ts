@@ -6,7 +6,7 @@
 // resident memory as Linux reports it.
 
 import { readFileSync } from 'node:fs';
-import { isJSONRPCNotification, isJSONRPCRequest } from '@modelcontextprotocol/sdk/types.js';
+import { isJSONRPCNotification, isJSONRPCRequest } from '@modelcontextprotocol/client';
 import fc from 'fast-check';
 
 // --- Mutations ---
@@ -234,12 +234,47 @@ export function rssMiB(pid: number): number {
 }
 
 /** POSTs `body` (a string, sent as is) to an MCP endpoint the way a conforming client would. */
-export async function postRaw(url: URL, body: string): Promise<{ status: number; text: string }> {
+/**
+ * POSTs `body` as it is and returns the status and the JSON-RPC answer's text. The SDK answers a
+ * 2025-era request as a one-event SSE stream; the answer is that event's data, byte for byte.
+ */
+export async function postRaw(
+  url: URL,
+  body: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; text: string }> {
   const response = await fetch(url, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+    headers: {
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+      ...headers,
+    },
     body,
     signal: AbortSignal.timeout(10_000),
   });
-  return { status: response.status, text: await response.text() };
+  return { status: response.status, text: await jsonRpcText(response) };
+}
+
+/** The JSON-RPC message an HTTP response carries: its JSON body, or its SSE stream's message event. */
+export async function jsonRpcText(response: Response): Promise<string> {
+  const text = await response.text();
+  if (!response.headers.get('content-type')?.startsWith('text/event-stream')) return text;
+  const messages = text
+    .split('\n\n')
+    .map((event) => event.split('\n'))
+    .filter((lines) => lines.includes('event: message'))
+    .map((lines) =>
+      lines
+        .filter((line) => line.startsWith('data: '))
+        .map((line) => line.slice(6))
+        .join('\n'),
+    );
+  const [message, ...more] = messages;
+  if (message === undefined || more.length > 0) {
+    throw new Error(
+      `expected one JSON-RPC message in the SSE stream, got ${messages.length}: ${text.slice(0, 200)}`,
+    );
+  }
+  return message;
 }

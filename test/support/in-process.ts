@@ -1,9 +1,14 @@
-// The demo server and an SDK client joined by the SDK's in-memory transport: the real guard
-// and the real McpServer, with the store's clock and the ledger in the test's hands.
+// The demo server and an SDK client in one process, through one of the SDK's own entry points:
+// `serveStdio` over the in-memory transport, or `createMcpHandler` called as a fetch function
+// (HTTP without a socket). The real guard, the real McpServer and the real client in either era,
+// with the store's clock and the ledger in the test's hands.
 
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
+import { type Client, InMemoryTransport, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { createMcpHandler } from '@modelcontextprotocol/server';
+import { serveStdio } from '@modelcontextprotocol/server/stdio';
+import { MODERN_PROTOCOL_VERSION } from '../../idempotency/client.js';
 import type { DecisionEvent, IdempotencyStore } from '../../idempotency/index.js';
+import { type Era, newClient } from '../../launch.js';
 import { type Ledger, MemoryLedger } from '../../ledger.js';
 import { createDemoServer } from '../../server.js';
 
@@ -14,6 +19,14 @@ export interface InProcessOptions {
   scope?: string;
   retentionMs?: number;
   leaseMs?: number;
+  /** The protocol era the client speaks (default 2026-07-28). */
+  era?: Era;
+  /**
+   * `stdio` (default): one connection, its messages pumped in order by the SDK. `http`: every
+   * request is its own fetch call, so each runs in its caller's async context (the model test
+   * tells concurrent charges apart that way).
+   */
+  entry?: 'stdio' | 'http';
 }
 
 export interface InProcessConnection {
@@ -27,25 +40,35 @@ export async function connectInProcess(options: InProcessOptions): Promise<InPro
   const ledger = options.ledger ?? new MemoryLedger();
   const decisions: DecisionEvent[] = [];
   const scope = options.scope;
-  const server = createDemoServer({
-    ledger,
-    store: options.store,
-    retentionMs: options.retentionMs,
-    leaseMs: options.leaseMs,
-    scopeOf: scope === undefined ? undefined : () => scope,
-    onDecision: (event) => decisions.push(event),
-  });
-  const client = new Client({ name: 'in-process-test', version: '0' });
-  const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
-  await server.connect(serverSide);
-  await client.connect(clientSide);
+  const server = () =>
+    createDemoServer({
+      ledger,
+      store: options.store,
+      retentionMs: options.retentionMs,
+      leaseMs: options.leaseMs,
+      scopeOf: scope === undefined ? undefined : () => scope,
+      onDecision: (event) => decisions.push(event),
+    });
+  const client = newClient(options.era ?? MODERN_PROTOCOL_VERSION);
+  let close: () => Promise<void>;
+  if (options.entry === 'http') {
+    const handler = createMcpHandler(server);
+    const fetch = (url: string | URL, init?: RequestInit) => handler.fetch(new Request(url, init));
+    await client.connect(new StreamableHTTPClientTransport(new URL('http://in-process/mcp'), { fetch }));
+    close = handler.close;
+  } else {
+    const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+    const served = serveStdio(server, { transport: serverSide });
+    await client.connect(clientSide);
+    close = served.close;
+  }
   return {
     client,
     ledger,
     decisions,
     close: async () => {
       await client.close();
-      await server.close();
+      await close();
     },
   };
 }

@@ -1,0 +1,203 @@
+// --- Real server processes, and SDK clients connected to them ---
+//
+// Starts `server.ts` the way a user would (stdio spawned by the client, or stateless HTTP on
+// loopback) and connects a client of the current SDK line in either protocol era. The demo, the
+// tests and the benchmark all start their servers here.
+
+import { spawn } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { Client, StreamableHTTPClientTransport, type Transport } from '@modelcontextprotocol/client';
+import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/client/stdio';
+import {
+  callTool,
+  captureInitializeCapabilities,
+  discoverCapabilities,
+  LEGACY_PROTOCOL_VERSION,
+  MODERN_PROTOCOL_VERSION,
+} from './idempotency/client.js';
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+
+/** The two protocol eras one server answers. */
+export type Era = typeof MODERN_PROTOCOL_VERSION | typeof LEGACY_PROTOCOL_VERSION;
+
+export const ERAS: readonly Era[] = [MODERN_PROTOCOL_VERSION, LEGACY_PROTOCOL_VERSION];
+
+const CLIENT_INFO = { name: 'sep-3182-client-demo', version: '0.1.0' };
+
+/**
+ * A client of the current SDK line in `era`: pinned to 2026-07-28 (`server/discover`, then a
+ * per-request envelope on every call), or the plain 2025-11-25 initialize handshake.
+ */
+export function newClient(era: Era): Client {
+  return new Client(
+    CLIENT_INFO,
+    era === MODERN_PROTOCOL_VERSION ? { versionNegotiation: { mode: { pin: MODERN_PROTOCOL_VERSION } } } : {},
+  );
+}
+
+export interface ServerConnection {
+  client: Client;
+  era: Era;
+  /** `capabilities` as they arrived on the wire: `server/discover` (2026) or initialize (2025). */
+  rawCapabilities: unknown;
+  /** The server's stderr, one line per element (its decision log). */
+  stderrLines: string[];
+  close(): Promise<void>;
+}
+
+/** Connects `client` in its era and reads the capabilities as the server sent them. */
+async function connectReadingCapabilities(client: Client, era: Era, transport: Transport): Promise<unknown> {
+  if (era === MODERN_PROTOCOL_VERSION) {
+    await client.connect(transport);
+    return discoverCapabilities(client);
+  }
+  const capabilities = captureInitializeCapabilities(transport);
+  await client.connect(transport);
+  return capabilities;
+}
+
+export interface StdioConnectOptions {
+  era?: Era;
+  /** The server script to spawn, relative to the project (default `server.ts`). */
+  script?: string;
+}
+
+/** Spawns `server.ts` with `args` and connects an SDK client to it over stdio. */
+export async function connectToServer(
+  args: string[] = [],
+  { era = MODERN_PROTOCOL_VERSION, script = 'server.ts' }: StdioConnectOptions = {},
+): Promise<ServerConnection> {
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: ['--import', 'tsx', join(HERE, script), ...args],
+    cwd: HERE,
+    env: getDefaultEnvironment(),
+    stderr: 'pipe',
+  });
+  const stderrLines: string[] = [];
+  let partial = '';
+  transport.stderr?.on('data', (chunk: Buffer) => {
+    const lines = (partial + chunk.toString('utf8')).split('\n');
+    partial = lines.pop() ?? '';
+    stderrLines.push(...lines);
+  });
+  const client = newClient(era);
+  const rawCapabilities = await connectReadingCapabilities(client, era, transport);
+  return { client, era, rawCapabilities, stderrLines, close: () => client.close() };
+}
+
+/** A server process serving stateless Streamable HTTP on loopback. */
+export interface HttpInstance {
+  pid: number;
+  url: URL;
+  stderrLines: string[];
+  /** The guard's decision log lines, parsed. */
+  decisions(): Array<Record<string, unknown>>;
+  /** SIGKILL, as a crash would; resolves when the process is gone. */
+  kill(): Promise<void>;
+  /** SIGTERM (the server first records its open keyed calls), then SIGKILL after `graceMs`. */
+  stop(graceMs?: number): Promise<void>;
+}
+
+const START_TIMEOUT_MS = 15_000;
+
+/** Spawns `server.ts --http --port 0 …args` and waits for its "listening" line. */
+export async function startHttpInstance(
+  args: string[] = [],
+  env: NodeJS.ProcessEnv = {},
+): Promise<HttpInstance> {
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', join(HERE, 'server.ts'), '--http', '--port', '0', ...args],
+    {
+      cwd: HERE,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  );
+  const stderrLines: string[] = [];
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const listening = new Promise<URL>((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(new Error(`server did not start: ${stderrLines.join('\n')}`)),
+      START_TIMEOUT_MS,
+    );
+    child.once('exit', (code) => reject(new Error(`server exited with ${code}: ${stderrLines.join('\n')}`)));
+    createInterface({ input: child.stderr }).on('line', (line) => {
+      stderrLines.push(line);
+      const match = /"event":"listening".*"url":"([^"]+)"/.exec(line);
+      if (match?.[1]) {
+        clearTimeout(timer);
+        resolve(new URL(match[1]));
+      }
+    });
+  });
+  let url: URL;
+  try {
+    url = await listening;
+  } catch (error) {
+    child.kill('SIGKILL');
+    await exited;
+    throw error;
+  }
+  const { pid } = child;
+  if (pid === undefined) throw new Error('the server process has no pid');
+  const end = async (signal: NodeJS.Signals, graceMs: number) => {
+    if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+    const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+    await exited;
+    clearTimeout(timer);
+  };
+  return {
+    pid,
+    url,
+    stderrLines,
+    decisions: () =>
+      stderrLines
+        .filter((line) => line.includes('"event":"idempotency"'))
+        .map((line) => Object.fromEntries(Object.entries(JSON.parse(line)))),
+    kill: () => end('SIGKILL', 0),
+    stop: (graceMs = 30_000) => end('SIGTERM', graceMs),
+  };
+}
+
+export interface HttpClientOptions {
+  era?: Era;
+  /** A bearer token to present on every request. */
+  token?: string;
+}
+
+/** An SDK client over Streamable HTTP, optionally presenting a bearer token. */
+export async function connectHttpClient(url: URL, options: HttpClientOptions = {}): Promise<Client> {
+  const { client } = await connectHttp(url, options);
+  return client;
+}
+
+/** Like `connectHttpClient`, with the capabilities as the server sent them. */
+export async function connectHttp(
+  url: URL,
+  { era = MODERN_PROTOCOL_VERSION, token }: HttpClientOptions = {},
+): Promise<{ client: Client; rawCapabilities: unknown }> {
+  const headers: Record<string, string> = token ? { Authorization: `Bearer ${token}` } : {};
+  const client = newClient(era);
+  const transport = new StreamableHTTPClientTransport(url, { requestInit: { headers } });
+  const rawCapabilities = await connectReadingCapabilities(client, era, transport);
+  return { client, rawCapabilities };
+}
+
+// --- The demo tools every scenario reads or resets ---
+
+export async function balanceOf(client: Client): Promise<number> {
+  const result = await callTool(client, { name: 'get_balance', arguments: {} });
+  const balance = Reflect.get(result.structuredContent ?? {}, 'balance');
+  if (typeof balance !== 'number')
+    throw new Error(`get_balance returned no balance: ${JSON.stringify(result)}`);
+  return balance;
+}
+
+export async function resetLedger(client: Client): Promise<void> {
+  await callTool(client, { name: 'reset_ledger', arguments: {} });
+}

@@ -1,0 +1,37 @@
+// The demo's tools on a server of the v1 SDK line (@modelcontextprotocol/sdk 1.32, protocol up to
+// 2025-11-25), guarded by the v1 adapter and served over stdio: what a server author who has not
+// moved to the current SDK lifts the guard into. The shared SEP cases run against it too.
+//
+// Usage: tsx test/support/v1-server.ts [--charge-latency-ms N] [--max-records N] …
+// (the memory-store options of server.ts; stdio only).
+
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
+import { MemoryIdempotencyStore } from '../../idempotency/index.js';
+import { installIdempotencyGuard, verifyGuardSeesKeys } from '../../idempotency/sdk-v1.js';
+import { MemoryLedger } from '../../ledger.js';
+import {
+  logDecision,
+  parseServerArgs,
+  registerDemoTools,
+  SERVER_INFO,
+  type ToolRegistry,
+} from '../../server.js';
+
+const config = parseServerArgs(process.argv.slice(2));
+await verifyGuardSeesKeys();
+
+const store = new MemoryIdempotencyStore({ maxRecords: config.maxRecords });
+const mcp = new McpServer(SERVER_INFO);
+const tools: ToolRegistry = {
+  withAmount: (name, toolConfig, run) => void mcp.registerTool(name, toolConfig, run),
+  withoutArguments: (name, toolConfig, run) => void mcp.registerTool(name, toolConfig, run),
+};
+registerDemoTools(tools, new MemoryLedger(config.chargeLatencyMs), store);
+installIdempotencyGuard(mcp, {
+  store,
+  retentionMs: config.retentionMs,
+  leaseMs: config.leaseMs,
+  onDecision: logDecision,
+});
+await mcp.connect(new StdioServerTransport());
