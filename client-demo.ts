@@ -1,29 +1,39 @@
 // --- The scripted client: each SEP-3182 scenario, narrated and checked ---
 //
-// Spawns server.ts over stdio (twice: an instant provider, and a slow one for the scenarios
-// that need a charge still running), runs the scenarios, and ends with a table of every
-// expectation. It exits non-zero if any failed, so CI runs it as an end-to-end assertion.
+// Speaks the 2026-07-28 protocol (server/discover, a per-request envelope) unless a scenario
+// says otherwise. Spawns server.ts over stdio (an instant provider, and a slow one for the
+// scenarios that need a charge still running) and over stateless HTTP, runs the scenarios, and
+// ends with a table of every expectation. It exits non-zero if any failed, so CI runs it as an
+// end-to-end assertion.
 
+import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { isDeepStrictEqual } from 'node:util';
 import type { CallToolResult } from '@modelcontextprotocol/client';
+import { Client as V1Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport as V1StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { CallToolResultSchema as V1CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { advertisesIdempotency, callTool, callToolIdempotently } from './idempotency/client.js';
 import { IdempotencyErrorType, INVALID_PARAMS, idempotencyErrorOf } from './idempotency/index.js';
-import { closeRedis, connectRedis } from './idempotency/redis-store.js';
 import {
   balanceOf,
   connectHttpClient,
   connectToServer,
   type HttpInstance,
+  postModern,
   resetLedger,
   type ServerConnection,
   startHttpInstance,
 } from './launch.js';
+import { startRedis } from './test/support/redis.js';
 
 /** A charge slow enough to overlap a duplicate, or to outlast a client's patience. */
 const SLOW_CHARGE_MS = 800;
 /** The demo client's per-request timeout in the lost-response scenario: well under the charge. */
 const IMPATIENT_TIMEOUT_MS = 250;
+/** When the broken-stream scenario cuts the connection: the charge is under way by then. */
+const BREAK_AFTER_MS = 200;
 
 // --- Small helpers the scenarios share ---
 
@@ -71,12 +81,14 @@ function heading(title: string, why: string): void {
 
 async function discovery(server: ServerConnection): Promise<void> {
   const s = '0 discovery';
-  heading('Scenario 0: discovery', 'A client that depends on deduplication checks the capability first.');
-  say(`  initialize result, capabilities as sent: ${JSON.stringify(server.rawCapabilities)}`);
-  say(`  the same, after the SDK client parsed it: ${JSON.stringify(server.client.getServerCapabilities())}`);
+  heading('Scenario 0: discovery', 'A client that depends on deduplication checks server/discover first.');
+  say(`  server/discover, the answer as the transport received it: ${JSON.stringify(server.discovery)}`);
+  say(
+    `  the capabilities, after the SDK client parsed them: ${JSON.stringify(server.client.getServerCapabilities())}`,
+  );
   expect(
     s,
-    'the server advertises capabilities.tools.idempotency',
+    'server/discover advertises capabilities.tools.idempotency',
     advertisesIdempotency(server.rawCapabilities),
     JSON.stringify(server.rawCapabilities),
   );
@@ -236,6 +248,120 @@ async function realLostResponse({ client }: ServerConnection): Promise<void> {
   expect(s, 'get_balance shows one charge', balance === 100, `balance ${balance}`);
 }
 
+async function brokenStreamReissued(instance: HttpInstance): Promise<void> {
+  const s = '7 broken stream';
+  heading(
+    'Scenario 7: a broken response stream, re-issued with a new request id',
+    `2026-07-28: "clients MUST re-issue it as a new request with a new request ID". Raw HTTP; the stream of a ${SLOW_CHARGE_MS} ms charge breaks at ${BREAK_AFTER_MS} ms.`,
+  );
+  const client = await connectHttpClient(instance.url);
+  try {
+    await resetLedger(client);
+    const params = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: randomUUID() };
+    const cut = new AbortController();
+    const first = postModern(instance.url, { id: 1, method: 'tools/call', params }, cut.signal);
+    await sleep(BREAK_AFTER_MS);
+    cut.abort();
+    const broke = await first.then(
+      () => false,
+      () => true,
+    );
+    say(`  request id 1: stream broken, ${broke ? 'no answer' : 'answered?'}`);
+    const outcomes: string[] = [];
+    let answer: unknown;
+    for (let id = 2; id < 40 && answer === undefined; id++) {
+      const message: unknown = await (
+        await postModern(instance.url, { id, method: 'tools/call', params })
+      ).json();
+      const sep = idempotencyErrorOf(Reflect.get(Object(message), 'error'));
+      outcomes.push(sep?.type === IdempotencyErrorType.inProgress ? 'inProgress' : 'answered');
+      say(`  request id ${id}, same key: ${outcomes.at(-1)}`);
+      if (sep?.type === IdempotencyErrorType.inProgress) await sleep(150);
+      else answer = Reflect.get(Object(message), 'result');
+    }
+    expect(s, 'the broken request got no answer', broke, broke ? 'aborted' : 'answered');
+    expect(
+      s,
+      'a re-issue while the charge still ran got in progress',
+      outcomes[0] === 'inProgress',
+      outcomes.join(' → '),
+    );
+    const text = JSON.stringify(Reflect.get(Object(answer), 'structuredContent'));
+    expect(s, 'a later re-issue got the stored response', text === '{"charged":100,"balance":100}', text);
+    const decisions = instance.decisions().filter((d) => d.idempotencyKey === params.idempotencyKey);
+    expect(
+      s,
+      'the charge executed once, under the first request',
+      decisions.filter((d) => d.decision === 'executed').length === 1,
+      decisions.map((d) => d.decision).join(', '),
+    );
+    const balance = await balanceOf(client);
+    expect(s, 'one charge', balance === 100, `balance ${balance}`);
+  } finally {
+    await client.close();
+  }
+}
+
+async function v1ClientSameDeduplication(): Promise<void> {
+  const s = '8 v1 SDK client';
+  heading(
+    'Scenario 8: a client on the v1 SDK, protocol 2025-11-25',
+    '@modelcontextprotocol/sdk 1.32: initialize, then charge_guarded(100) twice with one key, against the same server.',
+  );
+  const transport = new V1StdioClientTransport({
+    command: process.execPath,
+    args: ['--import', 'tsx', join(import.meta.dirname, 'server.ts')],
+    cwd: import.meta.dirname,
+    stderr: 'ignore',
+  });
+  const capabilities = new Promise<unknown>((resolve) => {
+    transport.onmessage = (message) => {
+      if ('result' in message && typeof message.result.protocolVersion === 'string') {
+        resolve({
+          protocolVersion: message.result.protocolVersion,
+          capabilities: message.result.capabilities,
+        });
+      }
+    };
+  });
+  const client = new V1Client({ name: 'sep-3182-v1-client', version: '0.1.0' });
+  await client.connect(transport);
+  try {
+    say(`  initialize result, as sent: ${JSON.stringify(await capabilities)}`);
+    // v1's callTool has no place for the key; its request sends extra params fields unchanged.
+    const params = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: randomUUID() };
+    const first = await client.request({ method: 'tools/call', params }, V1CallToolResultSchema);
+    const retry = await client.request({ method: 'tools/call', params }, V1CallToolResultSchema);
+    say(
+      `  attempt 1: ${JSON.stringify(first.structuredContent)}; retry, same key: ${JSON.stringify(retry.structuredContent)}`,
+    );
+    expect(
+      s,
+      'the initialize result advertises the capability',
+      advertisesIdempotency(Reflect.get(Object(await capabilities), 'capabilities')),
+      'tools.idempotency',
+    );
+    expect(
+      s,
+      'the retry got the stored response, unchanged',
+      isDeepStrictEqual(first, retry),
+      JSON.stringify(retry.structuredContent),
+    );
+    const balance = await client.request(
+      { method: 'tools/call', params: { name: 'get_balance', arguments: {} } },
+      V1CallToolResultSchema,
+    );
+    const charged = Reflect.get(Object(balance.structuredContent), 'balance');
+    expect(s, 'charged once', charged === 100, `balance ${charged}`);
+  } finally {
+    await client.close();
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
 function printTable(): void {
   say();
   say('== Expectations');
@@ -280,9 +406,9 @@ function keyedDecisions(instance: HttpInstance, idempotencyKey: string): string[
 }
 
 async function retryLandsElsewhere({ a, b }: ScaleOut): Promise<void> {
-  const s = '7 scale-out retry';
+  const s = '9 scale-out retry';
   heading(
-    'Scenario 7: the retry lands on another instance',
+    'Scenario 9: the retry lands on another instance',
     `Alice's call reaches instance A (a ${SLOW_CHARGE_MS} ms charge); her client gives up after ${IMPATIENT_TIMEOUT_MS} ms; the retry goes to instance B.`,
   );
   const [viaA, viaB] = await Promise.all([
@@ -345,9 +471,9 @@ async function retryLandsElsewhere({ a, b }: ScaleOut): Promise<void> {
 }
 
 async function principalsShareNothing({ a, b }: ScaleOut): Promise<void> {
-  const s = '8 per-principal scope';
+  const s = '10 per-principal scope';
   heading(
-    'Scenario 8: two principals, one key',
+    'Scenario 10: two principals, one key',
     'Alice (on A) and Bob (on B) both send charge_guarded(100) with the same key, then retry on the other instance.',
   );
   const clients = await Promise.all([
@@ -387,16 +513,6 @@ async function principalsShareNothing({ a, b }: ScaleOut): Promise<void> {
   }
 }
 
-/** Resolves to whether a Redis answers at `url`, within a second. */
-async function redisReachable(url: string): Promise<boolean> {
-  try {
-    await closeRedis(await connectRedis(url, { connectTimeoutMs: 1_000 }));
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 async function runStdioScenarios(): Promise<void> {
   const fast = await connectToServer();
   const slow = await connectToServer(['--charge-latency-ms', String(SLOW_CHARGE_MS)]);
@@ -414,31 +530,53 @@ async function runStdioScenarios(): Promise<void> {
   }
 }
 
-async function runScaleOutScenarios(redisUrl: string): Promise<void> {
-  const cluster = await startScaleOut(redisUrl);
+async function runHttpScenario(): Promise<void> {
+  const instance = await startHttpInstance(['--charge-latency-ms', String(SLOW_CHARGE_MS)]);
+  try {
+    await brokenStreamReissued(instance);
+  } finally {
+    await instance.stop();
+  }
+}
+
+/**
+ * Scenarios 9 and 10 need a Redis both instances share: a private redis-server on loopback when
+ * one is installed (as the tests start), else the one at REDIS_URL. Resolves false when neither.
+ */
+async function runScaleOutScenarios(): Promise<boolean> {
+  let redis: Awaited<ReturnType<typeof startRedis>>;
+  try {
+    redis = await startRedis();
+  } catch {
+    redis = undefined;
+  }
+  if (!redis) return false;
+  const cluster = await startScaleOut(redis.url);
   try {
     await retryLandsElsewhere(cluster);
     await principalsShareNothing(cluster);
   } finally {
     await cluster.close();
+    await redis.flush(DEMO_REDIS_PREFIX);
+    await redis.stop();
   }
+  return true;
 }
 
 async function main(): Promise<void> {
   const scaleOnly = process.argv.includes('--scale');
-  const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
-  say('SEP-3182 request idempotency: the TypeScript demo');
-  if (!scaleOnly) await runStdioScenarios();
-  if (await redisReachable(redisUrl)) {
-    await runScaleOutScenarios(redisUrl);
-  } else if (scaleOnly) {
-    throw new Error(
-      `the scale-out scenarios need Redis, and none answers at ${redisUrl}: start redis-server or set REDIS_URL`,
-    );
-  } else {
+  say('SEP-3182 request idempotency: the TypeScript demo, on the 2026-07-28 protocol');
+  if (!scaleOnly) {
+    await runStdioScenarios();
+    await runHttpScenario();
+    await v1ClientSameDeduplication();
+  }
+  if (!(await runScaleOutScenarios())) {
+    const why = 'no redis-server is installed and no Redis answers at REDIS_URL';
+    if (scaleOnly) throw new Error(`the scale-out scenarios need Redis: ${why}`);
     say();
     say(
-      `== Scenarios 7–8 (scale-out on Redis) skipped: no Redis at ${redisUrl}. Start redis-server or set REDIS_URL; \`npm run demo:scale\` requires it.`,
+      `== Scenarios 9–10 (scale-out on Redis) skipped: ${why}. \`apt-get install redis-server\` enables them.`,
     );
   }
   printTable();

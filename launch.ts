@@ -43,20 +43,52 @@ export interface ServerConnection {
   era: Era;
   /** `capabilities` as they arrived on the wire: `server/discover` (2026) or initialize (2025). */
   rawCapabilities: unknown;
+  /** That whole answer, the JSON-RPC response message exactly as received. */
+  discovery: unknown;
   /** The server's stderr, one line per element (its decision log). */
   stderrLines: string[];
   close(): Promise<void>;
 }
 
-/** Connects `client` in its era and reads the capabilities as the server sent them. */
-async function connectReadingCapabilities(client: Client, era: Era, transport: Transport): Promise<unknown> {
+interface Discovery {
+  rawCapabilities: unknown;
+  discovery: unknown;
+}
+
+/**
+ * Connects `client` in its era and reads the capabilities as the server sent them: on 2026-07-28
+ * by asking `server/discover` (the SEP: a client that requires deduplication SHOULD check it), on
+ * 2025-11-25 from the initialize result.
+ */
+async function connectReadingCapabilities(
+  client: Client,
+  era: Era,
+  transport: Transport,
+): Promise<Discovery> {
   if (era === MODERN_PROTOCOL_VERSION) {
     await client.connect(transport);
-    return discoverCapabilities(client);
+    const answer = nextResponse(transport, (result) => Object.hasOwn(result, 'supportedVersions'));
+    const rawCapabilities = await discoverCapabilities(client);
+    return { rawCapabilities, discovery: await answer };
   }
   const capabilities = captureInitializeCapabilities(transport);
+  const answer = nextResponse(transport, (result) => Object.hasOwn(result, 'protocolVersion'));
   await client.connect(transport);
-  return capabilities;
+  return { rawCapabilities: await capabilities, discovery: await answer };
+}
+
+/** The next response message through `transport` whose result `matches`, as it arrived. */
+function nextResponse(transport: Transport, matches: (result: object) => boolean): Promise<unknown> {
+  return new Promise((resolve) => {
+    const inner = transport.onmessage;
+    transport.onmessage = (message, extra) => {
+      if ('result' in message && matches(message.result)) {
+        resolve(message);
+        transport.onmessage = inner;
+      }
+      inner?.(message, extra);
+    };
+  });
 }
 
 export interface StdioConnectOptions {
@@ -85,8 +117,8 @@ export async function connectToServer(
     stderrLines.push(...lines);
   });
   const client = newClient(era);
-  const rawCapabilities = await connectReadingCapabilities(client, era, transport);
-  return { client, era, rawCapabilities, stderrLines, close: () => client.close() };
+  const discovered = await connectReadingCapabilities(client, era, transport);
+  return { client, era, ...discovered, stderrLines, close: () => client.close() };
 }
 
 /** A server process serving stateless Streamable HTTP on loopback. */
@@ -180,12 +212,51 @@ export async function connectHttpClient(url: URL, options: HttpClientOptions = {
 export async function connectHttp(
   url: URL,
   { era = MODERN_PROTOCOL_VERSION, token }: HttpClientOptions = {},
-): Promise<{ client: Client; rawCapabilities: unknown }> {
+): Promise<{ client: Client } & Discovery> {
   const headers: Record<string, string> = token ? { Authorization: `Bearer ${token}` } : {};
   const client = newClient(era);
   const transport = new StreamableHTTPClientTransport(url, { requestInit: { headers } });
-  const rawCapabilities = await connectReadingCapabilities(client, era, transport);
-  return { client, rawCapabilities };
+  return { client, ...(await connectReadingCapabilities(client, era, transport)) };
+}
+
+// --- Raw 2026-07-28 requests over HTTP, for the scenarios that must control the bytes ---
+
+/** The per-request envelope every 2026-07-28 request carries in `params._meta`. */
+export const MODERN_ENVELOPE = {
+  'io.modelcontextprotocol/protocolVersion': MODERN_PROTOCOL_VERSION,
+  'io.modelcontextprotocol/clientInfo': CLIENT_INFO,
+  'io.modelcontextprotocol/clientCapabilities': {},
+};
+
+export interface RawRequest {
+  id: number | string;
+  method: string;
+  params: Record<string, unknown>;
+}
+
+/**
+ * POSTs one 2026-07-28 request as raw JSON-RPC: the envelope in `params._meta`, and the
+ * `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers the revision requires over HTTP.
+ */
+export function postModern(url: URL, request: RawRequest, signal?: AbortSignal): Promise<Response> {
+  const name = request.params.name;
+  return fetch(url, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+      'mcp-protocol-version': MODERN_PROTOCOL_VERSION,
+      'mcp-method': request.method,
+      ...(typeof name === 'string' && { 'mcp-name': name }),
+    },
+    body: JSON.stringify({
+      jsonrpc: '2.0',
+      id: request.id,
+      method: request.method,
+      params: { ...request.params, _meta: MODERN_ENVELOPE },
+    }),
+    signal,
+  });
 }
 
 // --- The demo tools every scenario reads or resets ---
