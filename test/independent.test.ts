@@ -1,7 +1,7 @@
-// The server driven by clients this project did not write on top of the TypeScript SDK 1.x:
-// JSON-RPC written by hand, over stdio and over HTTP with fetch, and the MCP Inspector's CLI
-// (2.x is built on the SDK 2.x client, another implementation) for calls without a key. Anything
-// that only works because both ends share the SDK 1.x client's quirks fails here.
+// The server driven by clients that are not the SDK client the other tests use: JSON-RPC written
+// by hand, in both protocol eras, over stdio and over HTTP with fetch; and the MCP Inspector's CLI
+// for calls without a key. Anything that only works because both ends share the SDK's quirks
+// fails here.
 
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -14,6 +14,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { IdempotencyErrorType, INVALID_PARAMS } from '../idempotency/index.js';
+import { postModern } from '../launch.js';
 import { jsonRpcText, postRaw } from './support/hostile.js';
 import { type HttpInstance, startHttpInstance } from './support/http.js';
 import { type RawAnswer, RawStdioPeer } from './support/raw-stdio.js';
@@ -30,6 +31,90 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** The answer line with its id blanked, so two answers can be compared byte for byte. */
 const withoutId = (line: string) => line.replace(/"id":("[^"]*"|\d+)/, '"id":_');
+
+// --- 2026-07-28, by hand: server/discover and a keyed call, with the envelope and headers ---
+
+const CAPABILITY = { tools: { idempotency: {} } };
+
+describe('hand-written 2026-07-28 requests over stdio, no initialize', () => {
+  let peer: RawStdioPeer;
+  beforeAll(() => {
+    peer = RawStdioPeer.startModern();
+  });
+  afterAll(async () => {
+    await peer?.stop();
+  });
+
+  it('finds tools.idempotency in the server/discover answer', async () => {
+    const discover = await peer.request('server/discover', {});
+    expect(discover.message).toMatchObject({
+      result: { supportedVersions: ['2026-07-28'], capabilities: CAPABILITY },
+    });
+  });
+
+  it('replays a keyed retry byte for byte, but for its id, and executes once', async () => {
+    const params = { name: 'charge_guarded', arguments: { amount: 7 }, idempotencyKey: randomUUID() };
+    const first = await peer.request('tools/call', params);
+    const retry = await peer.request('tools/call', params);
+    expect(first.message).toMatchObject({ result: { structuredContent: { charged: 7, balance: 7 } } });
+    expect(withoutId(retry.line)).toBe(withoutId(first.line));
+    expect(peer.decisions().map((d) => d.decision)).toStrictEqual(['executed', 'replayed']);
+  });
+
+  it('rejects the key with other arguments as a conflict, with the SEP data', async () => {
+    const params = { name: 'charge_guarded', arguments: { amount: 1 }, idempotencyKey: randomUUID() };
+    await peer.request('tools/call', params);
+    const other = await peer.request('tools/call', { ...params, arguments: { amount: 2 } });
+    expect(other.message.error).toMatchObject({
+      code: INVALID_PARAMS,
+      data: { type: IdempotencyErrorType.conflict, idempotencyKey: params.idempotencyKey },
+    });
+  });
+});
+
+describe('hand-written 2026-07-28 requests over HTTP (fetch), each on its own', () => {
+  let server: HttpInstance;
+  beforeAll(async () => {
+    server = await startHttpInstance();
+  });
+  afterAll(async () => {
+    await server?.stop();
+  });
+
+  const send = async (id: number, method: string, params: Record<string, unknown>) => {
+    const response = await postModern(server.url, { id, method, params });
+    return { status: response.status, text: await response.text() };
+  };
+
+  it('finds tools.idempotency in the server/discover answer', async () => {
+    const { status, text } = await send(1, 'server/discover', {});
+    expect(status).toBe(200);
+    expect(JSON.parse(text)).toMatchObject({ result: { capabilities: CAPABILITY } });
+  });
+
+  it('replays a keyed retry with a new request id byte for byte, but for its id, and executes once', async () => {
+    const params = { name: 'charge_guarded', arguments: { amount: 5 }, idempotencyKey: randomUUID() };
+    const first = await send(1, 'tools/call', params);
+    const retry = await send(2, 'tools/call', params);
+    expect(first.status).toBe(200);
+    expect(JSON.parse(first.text)).toMatchObject({ result: { structuredContent: { charged: 5 } } });
+    expect(withoutId(retry.text)).toBe(withoutId(first.text));
+    const decisions = server.decisions().filter((d) => d.idempotencyKey === params.idempotencyKey);
+    expect(decisions.map((d) => d.decision)).toStrictEqual(['executed', 'replayed']);
+  });
+
+  it('rejects the key with other arguments as a conflict, with the SEP data', async () => {
+    const params = { name: 'charge_guarded', arguments: { amount: 1 }, idempotencyKey: randomUUID() };
+    await send(1, 'tools/call', params);
+    const other = await send(2, 'tools/call', { ...params, arguments: { amount: 2 } });
+    expect(JSON.parse(other.text)).toMatchObject({
+      error: {
+        code: INVALID_PARAMS,
+        data: { type: IdempotencyErrorType.conflict, idempotencyKey: params.idempotencyKey },
+      },
+    });
+  });
+});
 
 // --- stdio, by hand ---
 

@@ -6,6 +6,7 @@ import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { MODERN_ENVELOPE } from '../../launch.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const ANSWER_TIMEOUT_MS = 10_000;
@@ -23,7 +24,11 @@ export class RawStdioPeer {
   private readonly waiting = new Map<string, (answer: RawAnswer) => void>();
   private nextId = 1;
 
-  private constructor(private readonly child: ChildProcessWithoutNullStreams) {
+  private constructor(
+    private readonly child: ChildProcessWithoutNullStreams,
+    /** 2026-07-28: every request built by `request` carries the per-request envelope. */
+    private readonly envelope?: Record<string, unknown>,
+  ) {
     createInterface({ input: child.stdout }).on('line', (line) => {
       this.stdoutLines.push(line);
       let message: unknown;
@@ -43,12 +48,9 @@ export class RawStdioPeer {
     createInterface({ input: child.stderr }).on('line', (line) => this.stderrLines.push(line));
   }
 
-  /** Spawns server.ts with `args` and completes the initialize handshake by hand. */
+  /** Spawns server.ts with `args` and completes the 2025-11-25 initialize handshake by hand. */
   static async start(args: string[] = []): Promise<{ peer: RawStdioPeer; initialize: RawAnswer }> {
-    const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'server.ts'), ...args], {
-      cwd: ROOT,
-    });
-    const peer = new RawStdioPeer(child);
+    const peer = new RawStdioPeer(RawStdioPeer.spawn(args));
     const initialize = await peer.request('initialize', {
       protocolVersion: '2025-11-25',
       capabilities: {},
@@ -58,14 +60,27 @@ export class RawStdioPeer {
     return { peer, initialize };
   }
 
+  /**
+   * Spawns server.ts with `args` for 2026-07-28: no handshake; every request `request` builds
+   * carries the envelope, and the first one picks the era.
+   */
+  static startModern(args: string[] = []): RawStdioPeer {
+    return new RawStdioPeer(RawStdioPeer.spawn(args), MODERN_ENVELOPE);
+  }
+
+  private static spawn(args: string[]): ChildProcessWithoutNullStreams {
+    return spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'server.ts'), ...args], { cwd: ROOT });
+  }
+
   writeLine(line: string): void {
     this.child.stdin.write(`${line}\n`);
   }
 
-  /** Sends a request built from `params` and waits for the answer with its id. */
-  request(method: string, params: unknown): Promise<RawAnswer> {
+  /** Sends a request built from `params` (and the envelope, on 2026-07-28) and waits for the answer with its id. */
+  request(method: string, params: Record<string, unknown>): Promise<RawAnswer> {
     const id = this.nextId++;
-    return this.requestLine(id, JSON.stringify({ jsonrpc: '2.0', id, method, params }));
+    const withEnvelope = this.envelope ? { ...params, _meta: this.envelope } : params;
+    return this.requestLine(id, JSON.stringify({ jsonrpc: '2.0', id, method, params: withEnvelope }));
   }
 
   /** Sends `line` verbatim (hand-written JSON) and waits for the answer with `id`. */
