@@ -77,14 +77,19 @@ async function connectReadingCapabilities(
   return { rawCapabilities: await capabilities, discovery: await answer };
 }
 
-/** The next response message through `transport` whose result `matches`, as it arrived. */
+/**
+ * The next response message through `transport` whose result `matches`, as it arrived. The tap
+ * stays in place: `connect` may have wrapped it since, so putting the old handler back would
+ * unhook the client.
+ */
 function nextResponse(transport: Transport, matches: (result: object) => boolean): Promise<unknown> {
   return new Promise((resolve) => {
     const inner = transport.onmessage;
+    let seen = false;
     transport.onmessage = (message, extra) => {
-      if ('result' in message && matches(message.result)) {
+      if (!seen && 'result' in message && matches(message.result)) {
+        seen = true;
         resolve(message);
-        transport.onmessage = inner;
       }
       inner?.(message, extra);
     };

