@@ -8,7 +8,14 @@ import { spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { Client, StreamableHTTPClientTransport, type Transport } from '@modelcontextprotocol/client';
+import {
+  CLIENT_CAPABILITIES_META_KEY,
+  CLIENT_INFO_META_KEY,
+  Client,
+  PROTOCOL_VERSION_META_KEY,
+  StreamableHTTPClientTransport,
+  type Transport,
+} from '@modelcontextprotocol/client';
 import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import {
   callTool,
@@ -228,9 +235,9 @@ export async function connectHttp(
 
 /** The per-request envelope every 2026-07-28 request carries in `params._meta`. */
 export const MODERN_ENVELOPE = {
-  'io.modelcontextprotocol/protocolVersion': MODERN_PROTOCOL_VERSION,
-  'io.modelcontextprotocol/clientInfo': CLIENT_INFO,
-  'io.modelcontextprotocol/clientCapabilities': {},
+  [PROTOCOL_VERSION_META_KEY]: MODERN_PROTOCOL_VERSION,
+  [CLIENT_INFO_META_KEY]: CLIENT_INFO,
+  [CLIENT_CAPABILITIES_META_KEY]: {},
 };
 
 export interface RawRequest {

@@ -1,4 +1,4 @@
-// --- What the SEP-3182 guard costs: `npm run bench` (issue #4) ---
+// --- What the SEP-3182 guard costs: `npm run bench` ---
 //
 //   npm run bench               the full run, a few minutes on a 2-core machine
 //   npm run bench -- --quick    a smoke run (CI), well under a minute; its figures are rough
@@ -368,7 +368,7 @@ async function main(): Promise<void> {
       'In process: every client has its own McpServer sharing one store and ledger. HTTP: clients of one server process.',
   );
   say(formatConcurrency(concurrency));
-  section('Targets (issue #4): reported, not asserted', '');
+  section('Targets: reported, not asserted', '');
   say(formatTargets(targets));
 
   const durationSeconds = (performance.now() - started) / 1000;

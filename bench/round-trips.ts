@@ -9,7 +9,7 @@ import { type EndpointPair, type RedisTarget, serverPrefix } from './endpoints.j
 import type { CommandMonitor, SeenCommand } from './redis.js';
 import { makeVariants, settleCall, type VariantName } from './variants.js';
 
-/** The issue's targets: round trips the guard may spend per decision. */
+/** The targets: round trips the guard may spend per decision. */
 export const ROUND_TRIP_TARGETS: Record<VariantName, number> = {
   baseline: 0,
   first: 2,

@@ -1,4 +1,4 @@
-// --- The issue's targets (#4), checked against this run's figures ---
+// --- The cost targets, checked against this run's figures ---
 //
 // Reported, never asserted: a missed target is a finding to explain, not a failed build.
 
@@ -10,7 +10,7 @@ import type { RoundTripRow } from './round-trips.js';
 import type { ScalingResult } from './scaling.js';
 import type { VariantName } from './variants.js';
 
-/** Largest ratio to the unkeyed baseline the issue accepts, by transport and variant. */
+/** Largest ratio to the unkeyed baseline the targets accept, by transport and variant. */
 const LATENCY_TARGETS: Record<TransportName, Partial<Record<VariantName, number>>> = {
   'in-process': { first: 1.1, replay: 1.0 },
   stdio: { first: 1.05, replay: 1.0 },
@@ -19,7 +19,7 @@ const LATENCY_TARGETS: Record<TransportName, Partial<Record<VariantName, number>
 
 /**
  * The latency targets are for the memory store: with Redis, a keyed call adds the guard's
- * round trips to Redis, and the issue states the Redis store's target in round trips.
+ * round trips to Redis, and the Redis store's target is stated in round trips.
  */
 export function latencyTarget(
   transport: TransportName,

@@ -10,7 +10,7 @@
 
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { isDeepStrictEqual } from 'node:util';
-import type { CallToolResult } from '@modelcontextprotocol/client';
+import { type CallToolResult, SERVER_INFO_META_KEY } from '@modelcontextprotocol/client';
 import fc from 'fast-check';
 import { callTool } from '../../idempotency/client.js';
 import {
@@ -136,7 +136,7 @@ type Expectation =
   | { kind: 'error'; code: number; type: string; idempotencyKey: string };
 
 /** On 2026-07-28 the SDK stamps every result with the server's identity (servers SHOULD). */
-const RESULT_META = { 'io.modelcontextprotocol/serverInfo': SERVER_INFO };
+const RESULT_META = { [SERVER_INFO_META_KEY]: SERVER_INFO };
 
 function chargeResult(amount: number, balance: number): Outcome {
   return {
