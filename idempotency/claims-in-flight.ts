@@ -37,6 +37,10 @@ export class ClaimsInFlight implements IdempotencyStore {
     }
   }
 
+  renew(ticket: ClaimTicket, leaseMs: number): Promise<boolean> {
+    return this.store.renew(ticket, leaseMs);
+  }
+
   clear(): Promise<void> {
     return this.store.clear();
   }

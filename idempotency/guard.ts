@@ -10,15 +10,24 @@
 import { IdempotencyErrorType, INTERNAL_ERROR, idempotencyError, JsonRpcError, Messages } from './errors.js';
 import { fingerprintToolCall } from './fingerprint.js';
 import { checkIdempotencyKey } from './key.js';
-import type { Claim, IdempotencyStore, JsonObject, RecordId, StoredResponse, WireError } from './store.js';
+import type {
+  Claim,
+  ClaimTicket,
+  IdempotencyStore,
+  JsonObject,
+  RecordId,
+  StoredResponse,
+  WireError,
+} from './store.js';
 
 /** The prototype's retention: long enough for any sane retry loop, short enough to bound memory. */
 export const DEFAULT_RETENTION_MS = 300_000;
 
 /**
  * How long an in-progress claim holds its key if the instance running it dies and never
- * completes it. Twice the SDK client's default request timeout (60 s), so a live but slow
- * call is never mistaken for a dead one by a client retrying at the default pace.
+ * completes it: the wait a retry of a crashed call faces before it may execute. A live call
+ * renews its claim every third of this, so it bounds no call's duration. Twice the SDK
+ * client's default request timeout (60 s).
  */
 export const DEFAULT_LEASE_MS = 120_000;
 
@@ -167,8 +176,11 @@ async function guardToolCall(
 
   // The only path that executes. Whatever the dispatch answers is recorded, errors included.
   // The dispatch runs to its end even when the SDK has aborted the request (a client that hung
-  // up, a stdio input that ended): its answer is recorded so the retry replays it.
+  // up, a stdio input that ended): its answer is recorded so the retry replays it. While it
+  // runs, the lease is renewed: a live call never loses its claim, however long it takes.
+  const lease = new LeaseRenewal(settings.store, claim.ticket, settings.leaseMs);
   const outcome = await settle(dispatch);
+  lease.stop();
   try {
     const recorded = await settings.store.complete(claim.ticket, outcome.stored, settings.retentionMs);
     // Not recorded: the call outlived its lease and a retry has claimed the key since (or the
@@ -182,6 +194,29 @@ async function guardToolCall(
   }
   if (outcome.threw) throw outcome.error;
   return outcome.result;
+}
+
+/**
+ * Renews a claim's lease every third of it while its call runs, so only the claim of a process
+ * that died (or froze) expires and frees its key for a retry. A third: two renewals in a row can
+ * fail (a store blip) before a live claim would expire. A call shorter than that never renews;
+ * the timer is all it costs. A failed renewal is not the caller's problem: the next one may
+ * succeed, and at worst the lease runs out, which is what happened before any renewal.
+ */
+class LeaseRenewal {
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(store: IdempotencyStore, ticket: ClaimTicket, leaseMs: number) {
+    this.timer = setInterval(() => {
+      store.renew(ticket, leaseMs).catch(() => {});
+    }, leaseMs / 3);
+    // A running call keeps the process alive by itself; its renewal timer must not.
+    this.timer.unref();
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
 }
 
 /**

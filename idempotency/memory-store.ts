@@ -107,6 +107,19 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     return true;
   }
 
+  async renew(ticket: ClaimTicket, leaseMs: number): Promise<boolean> {
+    const slot = slotOf(ticket);
+    const running = this.inProgress.get(slot);
+    if (running?.token !== ticket.token) return false;
+    const now = this.now();
+    if (running.expiresAt <= now) return false;
+    // Re-inserted, not updated in place: with one lease for every claim, the end of the map is
+    // where the latest expiry belongs, so insertion order stays expiry order.
+    this.inProgress.delete(slot);
+    this.inProgress.set(slot, { ...running, expiresAt: now + leaseMs });
+    return true;
+  }
+
   async clear(): Promise<void> {
     this.inProgress.clear();
     this.completed.clear();

@@ -5,6 +5,8 @@
 // command, so instances need no locks and no coordination of their own:
 //   claim    = SET key <inProgress> NX PX lease GET   (1 round trip)
 //   complete = EVAL "replace it only if it is still my claim"   (1 round trip)
+//   renew    = EVAL "extend its lease only if it is still my claim"   (only for a call still
+//              running after a third of its lease: one round trip per third)
 // A replay, a conflict and an in-progress answer cost one round trip; a first execution two.
 // Redis expiry does all eviction: the lease is the in-progress record's TTL, retention the
 // completed record's TTL. Requires Redis ≥ 7.0 (SET with both NX and GET).
@@ -107,6 +109,14 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return false`;
 
+// A live claim's lease is extended by its claimant only, and only while the key still holds
+// this claim's exact value: a claim that already lost its key must not resurrect it.
+const RENEW_SCRIPT = `
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0`;
+
 export class RedisIdempotencyStore implements IdempotencyStore {
   readonly keyPrefix: string;
   private readonly commandTimeoutMs: number;
@@ -185,6 +195,21 @@ export class RedisIdempotencyStore implements IdempotencyStore {
         }),
       );
       return replaced !== null;
+    } catch (error) {
+      throw new StoreUnavailableError(error);
+    }
+  }
+
+  async renew(ticket: ClaimTicket, leaseMs: number): Promise<boolean> {
+    const lease = milliseconds(leaseMs);
+    try {
+      const renewed = await this.bounded(
+        this.client.eval(RENEW_SCRIPT, {
+          keys: [this.keyOf(ticket)],
+          arguments: [inProgressValue(ticket.fingerprint, ticket.token), String(lease)],
+        }),
+      );
+      return renewed === 1;
     } catch (error) {
       throw new StoreUnavailableError(error);
     }

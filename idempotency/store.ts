@@ -60,6 +60,12 @@ export interface IdempotencyStore {
    * Resolves true when the response was recorded, false when the claim had lost its key.
    */
   complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean>;
+  /**
+   * Extend the claim's lease to `leaseMs` from now, if the claim still holds its key. The guard
+   * renews while the call runs, so only the claim of a process that died ever expires. Resolves
+   * false when the claim had lost its key (the store was cleared, or the lease had run out).
+   */
+  renew(ticket: ClaimTicket, leaseMs: number): Promise<boolean>;
   /** Forget every record (the demo's reset_ledger). */
   clear(): Promise<void>;
 }

@@ -435,8 +435,17 @@ describe.skipIf(!redis)('a server instance that dies, or is stopped, mid-charge'
       reset: async () => {},
     };
     const [clientA, clientB] = await Promise.all([connectRedis(server().url), connectRedis(server().url)]);
+    // A dead instance renews nothing: its store here never renews (the renewal timer of a process
+    // that died never fires), while its late completion still reaches Redis, as a process that
+    // stalled and came back would send it.
+    const storeA = new RedisIdempotencyStore(clientA, { keyPrefix: prefix });
     const a = await connectInProcess({
-      store: new RedisIdempotencyStore(clientA, { keyPrefix: prefix }),
+      store: {
+        claim: (id, fingerprint, leaseMs) => storeA.claim(id, fingerprint, leaseMs),
+        complete: (ticket, response, retentionMs) => storeA.complete(ticket, response, retentionMs),
+        renew: () => Promise.resolve(false),
+        clear: () => storeA.clear(),
+      },
       ledger: dying,
       leaseMs: LEASE,
     });

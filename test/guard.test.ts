@@ -155,10 +155,54 @@ describe('scope: the caller’s authorization boundary', () => {
   });
 });
 
+describe('a call that outlives its lease', () => {
+  // Real time here: the lease is renewed by a timer while the call runs.
+  const LEASE_MS = 300;
+  const CHARGE_MS = 3 * LEASE_MS;
+
+  async function duplicateDuringLongCharge(store: IdempotencyStore) {
+    const ledger = new MemoryLedger(CHARGE_MS);
+    const { client } = await connect({ store, ledger, leaseMs: LEASE_MS });
+    const call = charge(100);
+    const original = callTool(client, call);
+    await new Promise((resolve) => setTimeout(resolve, 2 * LEASE_MS + 100));
+    const duplicate = await errorFrom(callTool(client, call)).catch(() => undefined);
+    await original;
+    return { duplicate, balance: await ledger.balance(), retry: await callTool(client, call) };
+  }
+
+  it('keeps its claim while it runs: a duplicate after two leases is in progress, and it executes once', async () => {
+    const { duplicate, balance, retry } = await duplicateDuringLongCharge(new MemoryIdempotencyStore());
+    expect(idempotencyErrorOf(duplicate)?.type).toBe(IdempotencyErrorType.inProgress);
+    expect(balance).toBe(100);
+    expect(textOf(retry)).toBe('Charged 100. New balance: 100');
+  });
+
+  it('would lose it without renewal: the same duplicate then executes a second time', async () => {
+    // The control: a store that never extends a lease, as before renewal existed.
+    const memory = new MemoryIdempotencyStore();
+    const neverRenews: IdempotencyStore = {
+      claim: (id, fingerprint, leaseMs) => memory.claim(id, fingerprint, leaseMs),
+      complete: (ticket, response, retentionMs) => memory.complete(ticket, response, retentionMs),
+      renew: () => Promise.resolve(true),
+      clear: () => memory.clear(),
+    };
+    const ledger = new MemoryLedger(CHARGE_MS);
+    const { client } = await connect({ store: neverRenews, ledger, leaseMs: LEASE_MS });
+    const call = charge(100);
+    const original = callTool(client, call);
+    await new Promise((resolve) => setTimeout(resolve, 2 * LEASE_MS + 100));
+    const duplicate = callTool(client, call);
+    await Promise.all([original, duplicate]);
+    expect(await ledger.balance()).toBe(200);
+  });
+});
+
 describe('a store that cannot be reached', () => {
   const unreachable: IdempotencyStore = {
     claim: () => Promise.reject(new Error('ECONNREFUSED')),
     complete: () => Promise.reject(new Error('ECONNREFUSED')),
+    renew: () => Promise.reject(new Error('ECONNREFUSED')),
     clear: () => Promise.resolve(),
   };
 
@@ -184,6 +228,7 @@ describe('a store that cannot be reached', () => {
       claim: (id, fingerprint): Promise<Claim> =>
         Promise.resolve({ state: 'claimed', ticket: { ...id, fingerprint, token: 't' } }),
       complete: () => Promise.reject(new Error('connection reset')),
+      renew: () => Promise.reject(new Error('connection reset')),
       clear: () => Promise.resolve(),
     };
     const { client, decisions } = await connect({ store: claimsOnly });

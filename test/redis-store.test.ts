@@ -265,6 +265,46 @@ describe.skipIf(!redis)('lease: an instance that dies mid-execution does not blo
   });
 });
 
+describe.skipIf(!redis)('renewing a live claim', () => {
+  it("extends the claim's lease, as another connection sees it", async () => {
+    const store = await openStore();
+    const id = newId();
+    const ticket = await claimTicket(store, id, SHORT_MS);
+
+    expect(await store.renew(ticket, LEASE_MS)).toBe(true);
+
+    const ttl = await server().admin.pTTL(keyOf(id));
+    expect(ttl).toBeGreaterThan(LEASE_MS - 5_000);
+    expect(ttl).toBeLessThanOrEqual(LEASE_MS);
+    await new Promise((resolve) => setTimeout(resolve, 2 * SHORT_MS));
+    expect((await store.claim(id, FINGERPRINT, LEASE_MS)).state).toBe('inProgress');
+  });
+
+  it('does nothing for a claim that lost its key: another claim keeps its lease, an expired key stays free', async () => {
+    const [crashed, survivor] = await Promise.all([openStore(), openStore()]);
+    const id = newId();
+    const stale = await claimTicket(crashed, id, SHORT_MS);
+    await waitUntil(async () => (await server().admin.exists(keyOf(id))) === 0);
+    expect(await crashed.renew(stale, LEASE_MS)).toBe(false);
+    expect(await server().admin.exists(keyOf(id))).toBe(0);
+
+    const fresh = await claimTicket(survivor, id, SHORT_MS);
+    expect(await crashed.renew(stale, LEASE_MS)).toBe(false);
+    expect(await server().admin.pTTL(keyOf(id))).toBeLessThanOrEqual(SHORT_MS);
+    expect(await survivor.renew(fresh, LEASE_MS)).toBe(true);
+  });
+
+  it('does nothing for a completed record: its retention stands', async () => {
+    const store = await openStore();
+    const id = newId();
+    const ticket = await claimTicket(store, id);
+    await store.complete(ticket, RESULT, SHORT_MS);
+
+    expect(await store.renew(ticket, LEASE_MS)).toBe(false);
+    expect(await server().admin.pTTL(keyOf(id))).toBeLessThanOrEqual(SHORT_MS);
+  });
+});
+
 describe.skipIf(!redis)('retention', () => {
   it('lets Redis evict a completed record after retentionMs, and the key executes again', async () => {
     const store = await openStore();

@@ -113,3 +113,39 @@ describe.skipIf(!redis)('two instances sharing one Redis', () => {
     expect(await balanceOf(await connect(a, tokens.bob))).toBe(107);
   });
 });
+
+describe.skipIf(!redis)('a charge that outlives its lease, on two instances sharing one Redis', () => {
+  const LEASE_MS = 400;
+  let a: HttpInstance;
+  let b: HttpInstance;
+  beforeAll(async () => {
+    const args = [
+      ...redisArgs(uniqueKeyPrefix('lease')),
+      ...['--in-progress-lease-ms', String(LEASE_MS), '--charge-latency-ms', String(3 * LEASE_MS)],
+    ];
+    [a, b] = await Promise.all([startHttpInstance(args), startHttpInstance(args)]);
+  });
+  afterAll(async () => {
+    await Promise.all([a?.stop(), b?.stop()]);
+  });
+
+  it('keeps its claim while instance A runs it: the retry on B after two leases is in progress, then replays', async () => {
+    const [viaA, viaB] = await Promise.all([connectHttpClient(a.url), connectHttpClient(b.url)]);
+    try {
+      const call = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: randomUUID() };
+      const original = callTool(viaA, call);
+      await new Promise((resolve) => setTimeout(resolve, 2 * LEASE_MS + 100));
+      const retry = await callTool(viaB, call).catch((error: unknown) => error);
+      expect(idempotencyErrorOf(retry)?.type).toBe(IdempotencyErrorType.inProgress);
+      const first = await original;
+      expect(await callTool(viaB, call)).toStrictEqual(first);
+      expect(textOf(first)).toBe('Charged 100. New balance: 100');
+      const decided = [...a.decisions(), ...b.decisions()].filter(
+        (d) => d.idempotencyKey === call.idempotencyKey,
+      );
+      expect(decided.filter((d) => d.decision === 'executed')).toHaveLength(1);
+    } finally {
+      await Promise.all([viaA.close(), viaB.close()]);
+    }
+  });
+});
