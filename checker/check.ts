@@ -1,0 +1,234 @@
+// --- `npm run check`: point the SEP-3182 checker at your own MCP server ---
+//
+// Parses the command line, connects (stdio or Streamable HTTP, either era), runs the checks in
+// `rules.ts` and prints them as a table for people or as JSON for programs. Exit status: 0 when
+// no MUST failed, 1 when one did, 2 for a bad command line, 3 when the server could not be reached.
+
+import { parseArgs } from 'node:util';
+import { type CheckInputs, type CheckResult, RULES, Run, runChecks, type Status } from './rules.js';
+import {
+  connect,
+  type Era,
+  isObject,
+  LEGACY_PROTOCOL_VERSION,
+  MODERN_PROTOCOL_VERSION,
+  type Peer,
+  splitCommandLine,
+  type Target,
+} from './wire.js';
+
+const USAGE = `Usage: npm run check -- (--command "CMD ARGS…" [--arg A]… | --url URL [--header "K: V"]…) --tool NAME [options]
+  --command CMD          spawn CMD and speak stdio (split on spaces; quote with '…' or "…")
+  --arg A                one more argument for --command, taken as is (repeatable; --arg=-x for one that starts with -)
+  --url URL              a Streamable HTTP endpoint, e.g. http://127.0.0.1:3001/mcp
+  --header "K: V"        sent on every HTTP request, e.g. "Authorization: Bearer …" (repeatable)
+  --era E                2026-07-28 | 2025-11-25 | auto (default: auto, server/discover then initialize)
+  --tool NAME            a tool whose result shows each execution (a balance, a counter)
+  --arguments JSON       its arguments (default {})
+  --slow-arguments JSON  arguments that keep the call running for a while (in-progress checks)
+  --error-arguments JSON arguments that make the call fail (stored-error check)
+  --other-tool NAME      a second tool safe to call with the same arguments (conflict check)
+  --other-header "K: V"  a second caller's credentials over HTTP, e.g. "Authorization: Bearer …" (scope check; repeatable)
+  --timeout-ms N         how long to wait for any answer (default 10000)
+  --json                 print the results as JSON`;
+
+class UsageError extends Error {}
+
+interface Options {
+  target: Target;
+  otherHeaders?: Record<string, string>;
+  era: Era | 'auto';
+  inputs: Omit<CheckInputs, 'other' | 'transport'>;
+  timeoutMs: number;
+  json: boolean;
+}
+
+function parseCommandLine(argv: string[]): Options {
+  const { values } = parseArgs({
+    args: argv,
+    strict: true,
+    options: {
+      command: { type: 'string' },
+      arg: { type: 'string', multiple: true, default: [] },
+      url: { type: 'string' },
+      header: { type: 'string', multiple: true, default: [] },
+      era: { type: 'string', default: 'auto' },
+      tool: { type: 'string' },
+      arguments: { type: 'string', default: '{}' },
+      'slow-arguments': { type: 'string' },
+      'error-arguments': { type: 'string' },
+      'other-tool': { type: 'string' },
+      'other-header': { type: 'string', multiple: true, default: [] },
+      'timeout-ms': { type: 'string', default: '10000' },
+      json: { type: 'boolean', default: false },
+      help: { type: 'boolean', default: false },
+    },
+  });
+  if (values.help) throw new UsageError('');
+  if ((values.command === undefined) === (values.url === undefined)) {
+    throw new UsageError('give exactly one of --command or --url');
+  }
+  if (!values.tool) throw new UsageError('--tool is required');
+  const era = values.era;
+  if (era !== 'auto' && era !== MODERN_PROTOCOL_VERSION && era !== LEGACY_PROTOCOL_VERSION) {
+    throw new UsageError(
+      `--era must be ${MODERN_PROTOCOL_VERSION}, ${LEGACY_PROTOCOL_VERSION} or auto, got "${era}"`,
+    );
+  }
+  const timeoutMs = Number(values['timeout-ms']);
+  if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 1) {
+    throw new UsageError(`--timeout-ms must be a positive integer, got "${values['timeout-ms']}"`);
+  }
+  let target: Target;
+  if (values.command !== undefined) {
+    if (values.header.length > 0 || values['other-header'].length > 0) {
+      throw new UsageError('--header and --other-header apply to --url only (stdio has no headers)');
+    }
+    const [command, ...args] = [...splitCommandLine(values.command), ...values.arg];
+    if (!command) throw new UsageError('--command is empty');
+    target = { kind: 'stdio', command, args };
+  } else {
+    const url = URL.canParse(values.url ?? '') ? new URL(values.url ?? '') : undefined;
+    if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
+      throw new UsageError(`--url must be an http(s) URL, got "${values.url}"`);
+    }
+    target = { kind: 'http', url, headers: headers('--header', values.header) };
+  }
+  const other = values['other-header'];
+  return {
+    target,
+    otherHeaders: other.length > 0 ? headers('--other-header', other) : undefined,
+    era,
+    timeoutMs,
+    json: values.json,
+    inputs: {
+      tool: values.tool,
+      arguments: jsonObject('--arguments', values.arguments) ?? {},
+      slowArguments: jsonObject('--slow-arguments', values['slow-arguments']),
+      errorArguments: jsonObject('--error-arguments', values['error-arguments']),
+      otherTool: values['other-tool'],
+    },
+  };
+}
+
+function headers(option: string, lines: string[]): Record<string, string> {
+  const parsed: Record<string, string> = {};
+  for (const line of lines) {
+    const colon = line.indexOf(':');
+    if (colon < 1) throw new UsageError(`${option} must look like "Name: value", got "${line}"`);
+    parsed[line.slice(0, colon).trim().toLowerCase()] = line.slice(colon + 1).trim();
+  }
+  return parsed;
+}
+
+function jsonObject(option: string, text: string | undefined): Record<string, unknown> | undefined {
+  if (text === undefined) return undefined;
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    throw new UsageError(`${option} is not JSON: ${error instanceof Error ? error.message : String(error)}`);
+  }
+  if (!isObject(value)) throw new UsageError(`${option} must be a JSON object, got ${text}`);
+  return value;
+}
+
+// --- Output ---
+
+const SYMBOL: Record<Status, string> = {
+  passed: '✓',
+  failed: '✗',
+  warned: '⚠',
+  'not applicable': '–',
+  'not checkable': '–',
+};
+
+function describeTarget(target: Target): string {
+  return target.kind === 'stdio'
+    ? `stdio: ${[target.command, ...target.args].join(' ')}`
+    : `HTTP: ${target.url.href}`;
+}
+
+function printTable(options: Options, peer: Peer, run: Run, results: CheckResult[]): void {
+  const out: string[] = [];
+  out.push(`SEP-3182 idempotency check of ${describeTarget(options.target)}`);
+  out.push(`protocol ${peer.era}; tool ${options.inputs.tool} ${JSON.stringify(options.inputs.arguments)}`);
+  const width = Math.max(...RULES.map((rule) => rule.id.length));
+  let section = '';
+  for (const result of results) {
+    if (result.section !== section) {
+      section = result.section;
+      out.push('', section);
+    }
+    const note = result.status.startsWith('not') ? `${result.status}: ` : '';
+    out.push(`  ${SYMBOL[result.status]} ${result.id.padEnd(width)}  ${note}${result.observed}`);
+    if (result.status === 'failed' || result.status === 'warned') {
+      out.push(`    ${' '.repeat(width)}SEP: “${result.sentence}”`);
+    }
+  }
+  const count = (status: Status) => results.filter((r) => r.status === status).length;
+  out.push('');
+  out.push(`${run.calls} tools/call requests made (${run.keyedCalls} with an idempotencyKey)`);
+  out.push(
+    `${count('failed')} failed (MUST), ${count('warned')} warned (SHOULD), ${count('passed')} passed, ` +
+      `${count('not applicable')} not applicable, ${count('not checkable')} not checkable`,
+  );
+  process.stdout.write(`${out.join('\n')}\n`);
+}
+
+async function main(argv: string[]): Promise<number> {
+  let options: Options;
+  try {
+    options = parseCommandLine(argv);
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    process.stderr.write(`${message ? `error: ${message}\n` : ''}${USAGE}\n`);
+    return message ? 2 : 0;
+  }
+  const { target, era, timeoutMs } = options;
+  const peers: Peer[] = [];
+  try {
+    const peer = await connect(target, { era, timeoutMs });
+    peers.push(peer);
+    let other: Peer | undefined;
+    if (options.otherHeaders && target.kind === 'http') {
+      // The second caller speaks the era the first one found.
+      other = await connect({ ...target, headers: options.otherHeaders }, { era: peer.era, timeoutMs });
+      peers.push(other);
+    }
+    const run = new Run(peer, { ...options.inputs, other, transport: target.kind });
+    const results = await runChecks(run);
+    if (options.json) {
+      const summary = {
+        target: describeTarget(target),
+        era: peer.era,
+        capabilitiesFrom: peer.discoveredBy,
+        tool: options.inputs.tool,
+        calls: run.calls,
+        keyedCalls: run.keyedCalls,
+        checks: results,
+      };
+      process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
+    } else {
+      printTable(options, peer, run, results);
+    }
+    return results.some((r) => r.status === 'failed') ? 1 : 0;
+  } catch (error) {
+    process.stderr.write(
+      `could not check ${describeTarget(target)}: ${error instanceof Error ? error.message : String(error)}\n`,
+    );
+    return 3;
+  } finally {
+    await Promise.all(peers.map((peer) => peer.close()));
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (error: unknown) => {
+    process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.exitCode = 3;
+  },
+);
