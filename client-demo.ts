@@ -379,7 +379,8 @@ function printTable(): void {
 
 // --- Scale-out: two stateless HTTP instances sharing one Redis ---
 
-const DEMO_TOKENS = { alice: 'token-a', bob: 'token-b' };
+/** alice holds two tokens: one that may charge (and read), one that may only read. */
+const DEMO_TOKENS = { alice: 'token-a', aliceReadOnly: 'token-a-read', bob: 'token-b' };
 const DEMO_REDIS_PREFIX = 'sep3182:demo:';
 
 interface ScaleOut {
@@ -390,7 +391,9 @@ interface ScaleOut {
 
 async function startScaleOut(redisUrl: string): Promise<ScaleOut> {
   const args = ['--store', 'redis', '--redis-url', redisUrl, '--redis-prefix', DEMO_REDIS_PREFIX];
-  const env = { DEMO_BEARER_TOKENS: `alice:${DEMO_TOKENS.alice},bob:${DEMO_TOKENS.bob}` };
+  const env = {
+    DEMO_BEARER_TOKENS: `alice:${DEMO_TOKENS.alice},alice:${DEMO_TOKENS.aliceReadOnly}:read,bob:${DEMO_TOKENS.bob}`,
+  };
   const [a, b] = await Promise.all([
     startHttpInstance([...args, '--charge-latency-ms', String(SLOW_CHARGE_MS)], env),
     startHttpInstance([...args, '--charge-latency-ms', String(SLOW_CHARGE_MS)], env),
@@ -539,8 +542,54 @@ async function runHttpScenario(): Promise<void> {
   }
 }
 
+async function authorizationAtReplay({ a, b }: ScaleOut): Promise<void> {
+  const s = '11 authorization at replay';
+  heading(
+    'Scenario 11: a replay is authorized like an execution',
+    'SEP: "A replayed response MUST still be subject to whatever authorization check would ordinarily govern access to it". Alice charges on A with a token that may charge; her retry, same key, reaches B with a token of hers that may only read.',
+  );
+  const asAlice = (token: string) => ({ authorization: `Bearer ${token}` });
+  const params = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: randomUUID() };
+  const [alice, reader] = await Promise.all([
+    connectHttpClient(a.url, { token: DEMO_TOKENS.alice }),
+    connectHttpClient(a.url, { token: DEMO_TOKENS.aliceReadOnly }),
+  ]);
+  try {
+    await resetLedger(alice);
+    const charged = await postModern(
+      a.url,
+      { id: 1, method: 'tools/call', params },
+      undefined,
+      asAlice(DEMO_TOKENS.alice),
+    );
+    say(
+      `  on A, token that may charge: ${charged.status} ${JSON.stringify(Reflect.get(Object(Reflect.get(Object(await charged.json()), 'result')), 'structuredContent'))}`,
+    );
+    const retry = await postModern(
+      b.url,
+      { id: 2, method: 'tools/call', params },
+      undefined,
+      asAlice(DEMO_TOKENS.aliceReadOnly),
+    );
+    const challenge = retry.headers.get('www-authenticate') ?? '';
+    say(`  on B, read-only token, same key: ${retry.status} ${challenge}`);
+    const body = await retry.text();
+    expect(
+      s,
+      'refused as an execution would be: 403 insufficient_scope',
+      retry.status === 403 && challenge.includes('insufficient_scope'),
+      `${retry.status}`,
+    );
+    expect(s, 'the stored response was not replayed to it', !body.includes('Charged'), body);
+    const balance = await balanceOf(reader);
+    expect(s, 'nothing executed: one charge', balance === 100, `balance ${balance}`);
+  } finally {
+    await Promise.all([alice.close(), reader.close()]);
+  }
+}
+
 /**
- * Scenarios 9 and 10 need a Redis both instances share: a private redis-server on loopback when
+ * Scenarios 9 to 11 need a Redis both instances share: a private redis-server on loopback when
  * one is installed (as the tests start), else the one at REDIS_URL. Resolves false when neither.
  */
 async function runScaleOutScenarios(): Promise<boolean> {
@@ -555,6 +604,7 @@ async function runScaleOutScenarios(): Promise<boolean> {
   try {
     await retryLandsElsewhere(cluster);
     await principalsShareNothing(cluster);
+    await authorizationAtReplay(cluster);
   } finally {
     await cluster.close();
     await redis.flush(DEMO_REDIS_PREFIX);

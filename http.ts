@@ -26,22 +26,44 @@ import express, { type ErrorRequestHandler, type Request, type Response } from '
  */
 export const DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024;
 
-/** Principal name → bearer token, parsed from `DEMO_BEARER_TOKENS="alice:token-a,bob:token-b"`. */
-export type BearerTokens = ReadonlyMap<string, string>;
+/** One bearer token the demo accepts: whose it is, and what it may do. */
+export interface BearerToken {
+  token: string;
+  /** The principal: the caller's authorization boundary, and so the scope of its records. */
+  principal: string;
+  /** OAuth scopes; each tool requires one (see `DEMO_SCOPES` in server.ts). */
+  scopes: readonly string[];
+}
 
-export function parseBearerTokens(spec: string): BearerTokens {
-  const tokens = new Map<string, string>();
+export type BearerTokens = readonly BearerToken[];
+
+/**
+ * Parses `DEMO_BEARER_TOKENS`: comma-separated `principal:token` or `principal:token:scope+scope`.
+ * A principal may hold several tokens (one that may charge, one that may only read). An entry
+ * without scopes gets every scope in `allScopes`. Throws, naming the entry, on anything else.
+ */
+export function parseBearerTokens(spec: string, allScopes: readonly string[]): BearerTokens {
+  const tokens: BearerToken[] = [];
   for (const entry of spec.split(',').map((s) => s.trim())) {
     if (entry === '') continue;
-    const colon = entry.indexOf(':');
-    const principal = entry.slice(0, colon);
-    const token = entry.slice(colon + 1);
-    if (colon < 1 || token === '') {
-      throw new Error(`DEMO_BEARER_TOKENS entries are principal:token, got "${entry}"`);
+    const [principal, token, scopeList, ...rest] = entry.split(':');
+    const shape = 'principal:token or principal:token:scope+scope';
+    if (!principal || !token || rest.length > 0 || scopeList === '') {
+      throw new Error(`DEMO_BEARER_TOKENS entries are ${shape}, got "${entry}"`);
     }
-    tokens.set(principal, token);
+    const scopes = scopeList === undefined ? [...allScopes] : scopeList.split('+');
+    const unknown = scopes.find((scope) => !allScopes.includes(scope));
+    if (unknown !== undefined) {
+      throw new Error(
+        `DEMO_BEARER_TOKENS entry "${entry}" names the scope "${unknown}"; the scopes are ${allScopes.join(', ')}`,
+      );
+    }
+    if (tokens.some((known) => known.token === token)) {
+      throw new Error(`DEMO_BEARER_TOKENS gives the token of "${entry}" twice`);
+    }
+    tokens.push({ principal, token, scopes });
   }
-  if (tokens.size === 0) throw new Error('DEMO_BEARER_TOKENS is set but names no principal');
+  if (tokens.length === 0) throw new Error('DEMO_BEARER_TOKENS is set but names no principal');
   return tokens;
 }
 
@@ -52,7 +74,7 @@ export interface HttpServerOptions {
   createServer: () => McpServer;
   /** Errors the SDK reports without answering them (reporting only). */
   onerror?: (error: Error) => void;
-  /** When set, every request needs `Authorization: Bearer <token>` of one of these principals. */
+  /** When set, every request needs `Authorization: Bearer <token>` with one of these tokens. */
   bearerTokens?: BearerTokens;
   maxBodyBytes?: number;
 }
@@ -141,18 +163,18 @@ function addressOf(address: string | AddressInfo | null): AddressInfo {
  * sets to the principal. Tokens are compared in constant time.
  */
 function tokenVerifier(tokens: BearerTokens) {
-  const known = [...tokens].map(([principal, token]) => ({ principal, token: Buffer.from(token) }));
+  const known = tokens.map((entry) => ({ ...entry, bytes: Buffer.from(entry.token) }));
   return {
     async verifyAccessToken(token: string): Promise<AuthInfo> {
       const presented = Buffer.from(token);
       const match = known.find(
-        (k) => k.token.length === presented.length && timingSafeEqual(k.token, presented),
+        (k) => k.bytes.length === presented.length && timingSafeEqual(k.bytes, presented),
       );
       if (!match) throw new OAuthError(OAuthErrorCode.InvalidToken, 'Unknown bearer token');
       return {
         token,
         clientId: match.principal,
-        scopes: [],
+        scopes: [...match.scopes],
         expiresAt: Math.floor(Date.now() / 1000) + 3600,
       };
     },

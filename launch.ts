@@ -250,7 +250,12 @@ export interface RawRequest {
  * POSTs one 2026-07-28 request as raw JSON-RPC: the envelope in `params._meta`, and the
  * `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers the revision requires over HTTP.
  */
-export function postModern(url: URL, request: RawRequest, signal?: AbortSignal): Promise<Response> {
+export function postModern(
+  url: URL,
+  request: RawRequest,
+  signal?: AbortSignal,
+  headers: Record<string, string> = {},
+): Promise<Response> {
   const name = request.params.name;
   return fetch(url, {
     method: 'POST',
@@ -260,6 +265,7 @@ export function postModern(url: URL, request: RawRequest, signal?: AbortSignal):
       'mcp-protocol-version': MODERN_PROTOCOL_VERSION,
       'mcp-method': request.method,
       ...(typeof name === 'string' && { 'mcp-name': name }),
+      ...headers,
     },
     body: JSON.stringify({
       jsonrpc: '2.0',

@@ -11,7 +11,7 @@
 
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { McpServer } from '@modelcontextprotocol/server';
+import { McpServer, requireScopes } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import { type BearerTokens, parseBearerTokens, startHttpServer } from './http.js';
 import {
@@ -58,8 +58,20 @@ export type DemoToolResult = {
   structuredContent: Record<string, unknown>;
 };
 
+/**
+ * What each tool needs the caller's token to allow. Over HTTP the SDK checks it before any
+ * dispatch, so before the guard: a replay is refused exactly as an execution would be (SEP: "a
+ * replayed response MUST still be subject to whatever authorization check would ordinarily govern
+ * access to it"). Over stdio the caller is the local user, with no token: every tool is allowed.
+ */
+export const DEMO_SCOPES = { charge: 'charge', read: 'read', admin: 'admin' } as const;
+
+export type DemoScope = (typeof DEMO_SCOPES)[keyof typeof DEMO_SCOPES];
+
 interface ToolConfig<Input> {
   description: string;
+  /** The OAuth scope a caller's token needs to call the tool. */
+  scope: DemoScope;
   inputSchema: Input;
   outputSchema: z.ZodObject;
   annotations?: { readOnlyHint?: boolean; idempotentHint?: boolean; openWorldHint?: boolean };
@@ -99,6 +111,7 @@ export function registerDemoTools(tools: ToolRegistry, ledger: Ledger, store: Id
     'charge_guarded',
     {
       description: 'Charge an amount. The demo always calls this tool with an idempotencyKey.',
+      scope: DEMO_SCOPES.charge,
       inputSchema: chargeInput,
       outputSchema: chargeOutput,
       annotations: chargeAnnotations,
@@ -109,6 +122,7 @@ export function registerDemoTools(tools: ToolRegistry, ledger: Ledger, store: Id
     'charge_unguarded',
     {
       description: 'Charge an amount. Same body as charge_guarded; the demo calls it without a key.',
+      scope: DEMO_SCOPES.charge,
       inputSchema: chargeInput,
       outputSchema: chargeOutput,
       annotations: chargeAnnotations,
@@ -119,6 +133,7 @@ export function registerDemoTools(tools: ToolRegistry, ledger: Ledger, store: Id
     'reset_ledger',
     {
       description: 'Zero the balance and forget every idempotency record (a demo helper).',
+      scope: DEMO_SCOPES.admin,
       inputSchema: noInput,
       outputSchema: balanceOutput,
     },
@@ -135,6 +150,7 @@ export function registerDemoTools(tools: ToolRegistry, ledger: Ledger, store: Id
     'get_balance',
     {
       description: 'Read the balance, so a client that lost a response can see what happened.',
+      scope: DEMO_SCOPES.read,
       inputSchema: noInput,
       outputSchema: balanceOutput,
       annotations: { readOnlyHint: true },
@@ -150,9 +166,12 @@ export function registerDemoTools(tools: ToolRegistry, ledger: Ledger, store: Id
 export function createDemoServer(options: DemoServerOptions): McpServer {
   const { ledger, store } = options;
   const mcp = new McpServer(SERVER_INFO);
+  // The SDK's scope challenge runs over HTTP before the dispatch, for executions and replays alike.
   const tools: ToolRegistry = {
-    withAmount: (name, config, run) => void mcp.registerTool(name, config, run),
-    withoutArguments: (name, config, run) => void mcp.registerTool(name, config, run),
+    withAmount: (name, { scope, ...config }, run) =>
+      void mcp.registerTool(name, { ...config, scopeChallenge: requireScopes(scope) }, run),
+    withoutArguments: (name, { scope, ...config }, run) =>
+      void mcp.registerTool(name, { ...config, scopeChallenge: requireScopes(scope) }, run),
   };
   registerDemoTools(tools, ledger, store);
   installIdempotencyGuard(mcp, {
@@ -191,7 +210,9 @@ const USAGE = `Usage: tsx server.ts [options]
   --retention-seconds N     how long a completed key is remembered (default ${DEFAULT_RETENTION_MS / 1000})
   --max-records N           cap on records in the memory store (default ${DEFAULT_MAX_RECORDS})
   --in-progress-lease-ms N  how long an unfinished claim holds its key (default ${DEFAULT_LEASE_MS})
-Environment: DEMO_BEARER_TOKENS="alice:token-a,bob:token-b" requires bearer auth over HTTP.`;
+Environment: DEMO_BEARER_TOKENS requires bearer auth over HTTP: comma-separated principal:token
+  (every scope) or principal:token:scope+scope, e.g. "alice:token-a,alice:token-r:read,bob:token-b".
+  Scopes: ${Object.values(DEMO_SCOPES).join(', ')} (charge_* need charge, get_balance read, reset_ledger admin).`;
 
 export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process.env): ServerConfig {
   const { values } = parseArgs({
@@ -276,7 +297,7 @@ async function main(): Promise<void> {
   try {
     config = parseServerArgs(process.argv.slice(2));
     const tokens = process.env.DEMO_BEARER_TOKENS;
-    bearerTokens = tokens === undefined ? undefined : parseBearerTokens(tokens);
+    bearerTokens = tokens === undefined ? undefined : parseBearerTokens(tokens, Object.values(DEMO_SCOPES));
   } catch (error) {
     process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n${USAGE}\n`);
     process.exit(2);
@@ -333,7 +354,8 @@ async function main(): Promise<void> {
     event: 'listening',
     ...shown,
     url: http.url.href,
-    auth: bearerTokens ? [...bearerTokens.keys()] : 'none',
+    // Principals and their scopes; never the tokens.
+    auth: bearerTokens ? bearerTokens.map((t) => `${t.principal}:${t.scopes.join('+')}`) : 'none',
   });
 }
 

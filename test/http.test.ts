@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { ERAS } from '../launch.js';
+import { ERAS, postModern } from '../launch.js';
 import { jsonRpcText } from './support/hostile.js';
 import { connectHttp, type HttpInstance, startHttpInstance } from './support/http.js';
 import { describeSepCases } from './support/sep-cases.js';
@@ -90,7 +90,10 @@ describe('stateless HTTP without a session', () => {
 describe('bearer auth and per-principal scope', () => {
   let server: HttpInstance;
   beforeAll(async () => {
-    server = await startHttpInstance([], { DEMO_BEARER_TOKENS: 'alice:token-a,bob:token-b' });
+    // alice holds two tokens: token-a may do everything, token-r may only read.
+    server = await startHttpInstance([], {
+      DEMO_BEARER_TOKENS: 'alice:token-a,alice:token-r:read,bob:token-b',
+    });
   });
   afterAll(async () => {
     await server.stop();
@@ -140,10 +143,70 @@ describe('bearer auth and per-principal scope', () => {
     expect(await balance('token-b')).toBe(before + 109);
   });
 
+  // SEP: "A replayed response MUST still be subject to whatever authorization check would
+  // ordinarily govern access to it." The scope check runs before the guard, in both eras.
+  const send = {
+    '2025-11-25': (token: string, params: Record<string, unknown>) => call(token, params),
+    '2026-07-28': (token: string, params: Record<string, unknown>) =>
+      postModern(server.url, { id: 1, method: 'tools/call', params }, undefined, {
+        authorization: `Bearer ${token}`,
+      }),
+  };
+  describe.each(ERAS)('authorization at replay time, %s', (era) => {
+    it('refuses alice’s retry with her read-only token: 403 insufficient_scope, not replayed, nothing executed', async () => {
+      const params = { name: 'charge_guarded', arguments: { amount: 10 }, idempotencyKey: randomUUID() };
+      const before = await balance('token-a');
+      const charged = await send[era]('token-a', params);
+      expect(charged.status).toBe(200);
+      const retry = await send[era]('token-r', params);
+      expect(retry.status).toBe(403);
+      expect(retry.headers.get('www-authenticate')).toMatch(
+        /^Bearer error="insufficient_scope".*scope="charge"/,
+      );
+      expect(await retry.text()).not.toContain('Charged');
+      expect(await balance('token-r')).toBe(before + 10);
+      const decided = server.decisions().filter((d) => d.idempotencyKey === params.idempotencyKey);
+      expect(decided.map((d) => d.decision)).toStrictEqual(['executed']);
+      // The token that may charge still gets the stored response.
+      expect(JSON.parse(await jsonRpcText(await send[era]('token-a', params)))).toMatchObject({
+        result: { structuredContent: { charged: 10, balance: before + 10 } },
+      });
+    });
+
+    it('refuses a first execution with that token the same way, and lets it read', async () => {
+      const params = { name: 'charge_guarded', arguments: { amount: 1 }, idempotencyKey: randomUUID() };
+      const before = await balance('token-r');
+      const refused = await send[era]('token-r', params);
+      expect(refused.status).toBe(403);
+      expect(await balance('token-r')).toBe(before);
+      expect(server.decisions().filter((d) => d.idempotencyKey === params.idempotencyKey)).toStrictEqual([]);
+    });
+  });
+
   it('logs each decision under the principal’s scope', async () => {
     const key = randomUUID();
     await call('token-b', { name: 'get_balance', arguments: {}, idempotencyKey: key });
     const logged = server.decisions().filter((d) => d.idempotencyKey === key);
     expect(logged.map((d) => [d.decision, d.scope])).toStrictEqual([['executed', 'principal:bob']]);
+  });
+});
+
+describe('DEMO_BEARER_TOKENS', () => {
+  it.each([
+    [
+      'a token without a principal',
+      ':token-a',
+      /entries are principal:token or principal:token:scope\+scope, got ":token-a"/,
+    ],
+    ['an empty scope list', 'alice:token-a:', /entries are principal:token/],
+    [
+      'a scope the demo does not know',
+      'alice:token-a:pay',
+      /names the scope "pay"; the scopes are charge, read, admin/,
+    ],
+    ['one token given twice', 'alice:t,bob:t', /gives the token of "bob:t" twice/],
+  ])('refuses to start on %s, saying what is wrong', async (_, tokens, message) => {
+    const started = startHttpInstance([], { DEMO_BEARER_TOKENS: tokens });
+    await expect(started).rejects.toThrow(message);
   });
 });

@@ -23,9 +23,11 @@ await verifyGuardSeesKeys();
 
 const store = new MemoryIdempotencyStore({ maxRecords: config.maxRecords });
 const mcp = new McpServer(SERVER_INFO);
+// Over stdio there is no token, so no scope to check: the tools' scopes are not registered.
 const tools: ToolRegistry = {
-  withAmount: (name, toolConfig, run) => void mcp.registerTool(name, toolConfig, run),
-  withoutArguments: (name, toolConfig, run) => void mcp.registerTool(name, toolConfig, run),
+  withAmount: (name, { scope: _scope, ...toolConfig }, run) => void mcp.registerTool(name, toolConfig, run),
+  withoutArguments: (name, { scope: _scope, ...toolConfig }, run) =>
+    void mcp.registerTool(name, toolConfig, run),
 };
 registerDemoTools(tools, new MemoryLedger(config.chargeLatencyMs), store);
 installIdempotencyGuard(mcp, {
