@@ -2,8 +2,11 @@
 // (it must find nothing wrong) and against fixture servers that each break one rule of the SEP
 // (it must name exactly that rule).
 
-import { execFile } from 'node:child_process';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import type { CheckResult, Status } from '../checker/rules.js';
@@ -154,3 +157,188 @@ describe('the checker finds nothing wrong with the demo server', () => {
     expect(run.stderr).toContain('Usage: npm run check');
   });
 });
+
+// --- Fixtures, each wrong in one way the SEP forbids ---
+
+/** The fixtures' tool: a charge whose answer shows the balance; over 100 it is declined, numbered. */
+const FIXTURE_CALL = [
+  '--tool',
+  'charge',
+  '--arguments',
+  '{"amount":1,"note":"café"}',
+  '--slow-arguments',
+  '{"amount":1,"slow":true}',
+  '--error-arguments',
+  '{"amount":1000}',
+  '--other-tool',
+  'refund',
+];
+
+const fixture = (name: string) => stdioServer(join('test', 'fixtures', 'checker', `${name}.ts`));
+
+/** Every check that did not pass (✗ and ⚠), sorted. */
+const faults = (run: CheckerRun) => withStatus(run, 'failed', 'warned').sort();
+
+describe('the checker names exactly the rule each fixture breaks', () => {
+  const cases = [
+    {
+      name: 'the SDK default, no deduplication and no capability',
+      fixture: 'no-guard',
+      breaks: [
+        'capability.advertised',
+        'in-progress.not-executed',
+        'in-progress.data',
+        'replay.not-executed',
+        'replay.identical',
+        'errors.replayed',
+        'conflict.other-arguments',
+        'conflict.other-tool',
+        'equivalence.key-order',
+        'equivalence.whitespace',
+        'equivalence.number-spelling',
+        'equivalence.string-escapes',
+        'equivalence.no-unicode-normalization',
+      ],
+    },
+    {
+      name: 'fingerprints that tell 1 from 1.0',
+      fixture: 'number-spelling',
+      breaks: ['equivalence.number-spelling'],
+    },
+    {
+      name: 'fingerprints that depend on key order',
+      fixture: 'key-order',
+      breaks: ['equivalence.key-order'],
+    },
+    {
+      name: 'a duplicate in flight that waits for the original',
+      fixture: 'waits-in-flight',
+      breaks: ['in-progress.data', 'in-progress.not-blocked'],
+    },
+    {
+      name: 'a conflict that replays the stored response',
+      fixture: 'conflict-replays',
+      // A renormalised string is other arguments, so that check meets the same flaw.
+      breaks: ['conflict.other-arguments', 'conflict.other-tool', 'equivalence.no-unicode-normalization'],
+    },
+    { name: 'an error that is not recorded', fixture: 'errors-not-recorded', breaks: ['errors.replayed'] },
+    {
+      name: 'a correct server that never declares the capability',
+      fixture: 'no-capability',
+      breaks: ['capability.advertised'],
+    },
+  ];
+
+  test.concurrent.each(cases)(
+    '$name: fails only $breaks, exit status 1',
+    async ({ fixture: name, breaks }) => {
+      const run = await runChecker([...fixture(name), ...FIXTURE_CALL]);
+      expect(run.stderr).toBe('');
+      expect(faults(run)).toEqual([...breaks].sort());
+      expect(run.code).toBe(1);
+      expect(run.checks.get('no-key.executes-every-time')?.status).toBe('passed');
+      if (!breaks.includes('errors.replayed'))
+        expect(run.checks.get('errors.replayed')?.status).toBe('passed');
+    },
+  );
+
+  test('records keyed by the key alone over HTTP: another caller gets the stored result, scope.per-caller fails', async () => {
+    const server = await startFixtureHttp('unscoped-http.ts');
+    try {
+      const run = await runChecker([
+        '--url',
+        server.url,
+        '--header',
+        'Authorization: Bearer token-a',
+        '--other-header',
+        'Authorization: Bearer token-b',
+        ...FIXTURE_CALL,
+      ]);
+      expect(faults(run)).toEqual(['scope.per-caller']);
+      expect(run.checks.get('scope.per-caller')?.observed).toContain(
+        "the other caller got the first caller's result",
+      );
+      expect(run.code).toBe(1);
+    } finally {
+      server.child.kill('SIGKILL');
+    }
+  });
+
+  test("the Python prototype's fingerprint on Python's mcp package: 1 and 1.0 conflict, in both eras", async (ctx) => {
+    const python = await pythonWithMcp();
+    if (typeof python !== 'string' || python.startsWith('skip:')) {
+      console.log(`skipped: ${python}`);
+      ctx.skip();
+      return;
+    }
+    const server = [
+      '--command',
+      python,
+      `--arg=${join(ROOT, 'test', 'fixtures', 'checker', 'prototype.py')}`,
+    ];
+    const call = ['--tool', 'charge', '--arguments', '{"amount":1,"note":"café"}'];
+    const runs = await Promise.all(
+      ['2026-07-28', '2025-11-25'].map((era) => runChecker([...server, '--era', era, ...call])),
+    );
+    expect(runs.map((run) => run.stdout.includes('"era": "2026-07-28"'))).toEqual([true, false]);
+    for (const run of runs) {
+      expect(faults(run)).toEqual(['equivalence.number-spelling']);
+      expect(run.checks.get('equivalence.number-spelling')?.observed).toContain('idempotency_key_conflict');
+      expect(run.code).toBe(1);
+    }
+  }, 200_000);
+});
+
+/** Starts an HTTP fixture on loopback and reads its URL from its "listening" line. */
+function startFixtureHttp(script: string): Promise<{ url: string; child: ChildProcess }> {
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', join(ROOT, 'test', 'fixtures', 'checker', script)],
+    {
+      cwd: ROOT,
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  );
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`${script} did not start`));
+    }, 15_000);
+    createInterface({ input: child.stderr }).on('line', (line) => {
+      const url = /"url":"([^"]+)"/.exec(line)?.[1];
+      if (url) {
+        clearTimeout(timer);
+        resolve({ url, child });
+      }
+    });
+  });
+}
+
+/** A venv with Python's `mcp` package, kept across runs in the temp dir; installed if missing. */
+const VENV = join(tmpdir(), 'sep3182-checker-python');
+const INSTALL_TIMEOUT_MS = 180_000;
+
+async function pythonWithMcp(): Promise<string> {
+  const python = join(VENV, 'bin', 'python');
+  const run = (file: string, args: string[], timeout: number) =>
+    new Promise<{ ok: boolean; output: string }>((resolve) =>
+      execFile(file, args, { timeout }, (error, stdout, stderr) =>
+        resolve({ ok: !error, output: stdout + stderr }),
+      ),
+    );
+  if (existsSync(python) && (await run(python, ['-c', 'import mcp.server.lowlevel'], 30_000)).ok)
+    return python;
+  const venv = await run('python3', ['-m', 'venv', VENV], 60_000);
+  if (!venv.ok) throw new Error(`python3 -m venv failed (is python3-venv installed?): ${venv.output}`);
+  // No retries: an index that cannot be reached fails at once, the next one is tried.
+  const pip = await run(
+    python,
+    ['-m', 'pip', 'install', '--retries', '0', '--timeout', '20', 'mcp'],
+    INSTALL_TIMEOUT_MS,
+  );
+  if (pip.ok) return python;
+  if (/No matching distribution|Could not find a version|NewConnectionError/.test(pip.output)) {
+    return `skip: pip could not reach an index with the mcp package: ${pip.output.slice(-300)}`;
+  }
+  throw new Error(`pip install mcp failed: ${pip.output.slice(-1000)}`);
+}
