@@ -163,7 +163,7 @@ function printTable(options: Options, peer: Peer, run: Run, results: CheckResult
     const note = result.status.startsWith('not') ? `${result.status}: ` : '';
     out.push(`  ${SYMBOL[result.status]} ${result.id.padEnd(width)}  ${note}${result.observed}`);
     if (result.status === 'failed' || result.status === 'warned') {
-      out.push(`    ${' '.repeat(width)}SEP: “${result.sentence}”`);
+      out.push(`${' '.repeat(width + 6)}SEP: “${result.sentence}”`);
     }
   }
   const count = (status: Status) => results.filter((r) => r.status === status).length;
