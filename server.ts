@@ -18,7 +18,9 @@ import {
   type Caller,
   ClaimsInFlight,
   DEFAULT_LEASE_MS,
+  DEFAULT_MAX_BYTES_PER_SCOPE,
   DEFAULT_MAX_RECORDS,
+  DEFAULT_MAX_RECORDS_PER_SCOPE,
   DEFAULT_RETENTION_MS,
   type DecisionEvent,
   type IdempotencyStore,
@@ -196,6 +198,8 @@ export interface ServerConfig {
   chargeLatencyMs: number;
   retentionMs: number;
   maxRecords: number;
+  maxRecordsPerCaller: number;
+  maxBytesPerCaller: number;
   leaseMs: number;
 }
 
@@ -209,6 +213,8 @@ const USAGE = `Usage: tsx server.ts [options]
   --charge-latency-ms N     the simulated provider takes N ms per charge (default 0)
   --retention-seconds N     how long a completed key is remembered (default ${DEFAULT_RETENTION_MS / 1000})
   --max-records N           cap on records in the memory store (default ${DEFAULT_MAX_RECORDS})
+  --max-records-per-caller N  quota of live records per caller, either store (default ${DEFAULT_MAX_RECORDS_PER_SCOPE})
+  --max-bytes-per-caller N    quota of stored response characters per caller (default ${DEFAULT_MAX_BYTES_PER_SCOPE})
   --in-progress-lease-ms N  how long an unfinished claim holds its key (default ${DEFAULT_LEASE_MS})
 Environment: DEMO_BEARER_TOKENS requires bearer auth over HTTP: comma-separated principal:token
   (every scope) or principal:token:scope+scope, e.g. "alice:token-a,alice:token-r:read,bob:token-b".
@@ -228,6 +234,8 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
       'charge-latency-ms': { type: 'string', default: '0' },
       'retention-seconds': { type: 'string', default: String(DEFAULT_RETENTION_MS / 1000) },
       'max-records': { type: 'string', default: String(DEFAULT_MAX_RECORDS) },
+      'max-records-per-caller': { type: 'string', default: String(DEFAULT_MAX_RECORDS_PER_SCOPE) },
+      'max-bytes-per-caller': { type: 'string', default: String(DEFAULT_MAX_BYTES_PER_SCOPE) },
       'in-progress-lease-ms': { type: 'string', default: String(DEFAULT_LEASE_MS) },
     },
   });
@@ -244,6 +252,8 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
     chargeLatencyMs: integerOption('--charge-latency-ms', values['charge-latency-ms'], 0),
     retentionMs: 1000 * integerOption('--retention-seconds', values['retention-seconds'], 1),
     maxRecords: integerOption('--max-records', values['max-records'], 1),
+    maxRecordsPerCaller: integerOption('--max-records-per-caller', values['max-records-per-caller'], 1),
+    maxBytesPerCaller: integerOption('--max-bytes-per-caller', values['max-bytes-per-caller'], 1),
     leaseMs: integerOption('--in-progress-lease-ms', values['in-progress-lease-ms'], 1),
   };
 }
@@ -276,7 +286,11 @@ async function openBackends(
 ): Promise<{ store: IdempotencyStore; ledger: Ledger; close(): Promise<void> }> {
   if (config.store === 'memory') {
     return {
-      store: new MemoryIdempotencyStore({ maxRecords: config.maxRecords }),
+      store: new MemoryIdempotencyStore({
+        maxRecords: config.maxRecords,
+        maxRecordsPerScope: config.maxRecordsPerCaller,
+        maxBytesPerScope: config.maxBytesPerCaller,
+      }),
       ledger: new MemoryLedger(config.chargeLatencyMs),
       close: async () => {},
     };
@@ -285,7 +299,11 @@ async function openBackends(
     onError: (error) => log({ event: 'redis', error: String(error) }),
   });
   return {
-    store: new RedisIdempotencyStore(client, { keyPrefix: `${config.redisPrefix}idem:` }),
+    store: new RedisIdempotencyStore(client, {
+      keyPrefix: `${config.redisPrefix}idem:`,
+      maxRecordsPerScope: config.maxRecordsPerCaller,
+      maxBytesPerScope: config.maxBytesPerCaller,
+    }),
     ledger: new RedisLedger(client, config.chargeLatencyMs, `${config.redisPrefix}ledger:balance`),
     close: () => closeRedis(client),
   };

@@ -19,6 +19,8 @@ export const IdempotencyErrorType = {
   conflict: 'idempotency_key_conflict',
   /** The server's record cap is reached and no record has expired yet. */
   storeFull: 'idempotency_store_full',
+  /** This caller's quota of records is reached; other callers are unaffected. */
+  quotaExceeded: 'idempotency_quota_exceeded',
   /** The shared store could not be reached; the call failed closed. */
   storeUnavailable: 'idempotency_store_unavailable',
 } as const;
@@ -36,6 +38,7 @@ const CODE_OF: Record<IdempotencyErrorType, number> = {
   idempotency_key_in_progress: INVALID_PARAMS,
   idempotency_key_conflict: INVALID_PARAMS,
   idempotency_store_full: INTERNAL_ERROR,
+  idempotency_quota_exceeded: INTERNAL_ERROR,
   idempotency_store_unavailable: INTERNAL_ERROR,
 };
 
@@ -55,6 +58,8 @@ export const Messages = {
   conflict:
     'This idempotencyKey was already used with a different tool or different arguments; use a new key for a new operation',
   storeFull: 'The idempotency store is full; nothing was executed, retry later with the same key',
+  quotaExceeded:
+    'This caller holds as many idempotency records as its quota allows; nothing was executed, retry with the same key once older records expire',
   storeUnavailable:
     'The idempotency store is unavailable; nothing was executed, retry later with the same key',
 } as const;

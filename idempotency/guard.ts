@@ -59,6 +59,7 @@ export type Decision =
   | 'inProgress'
   | 'invalid'
   | 'storeFull'
+  | 'quotaExceeded'
   | 'storeUnavailable'
   /** Executed and answered, but not recorded (store failure, or the lease ran out): a retry may execute again. */
   | 'unrecorded';
@@ -155,6 +156,12 @@ async function guardToolCall(
   if (claim.state === 'full') {
     log.decide('storeFull', id);
     throw idempotencyError(IdempotencyErrorType.storeFull, Messages.storeFull, idempotencyKey);
+  }
+  // SEP: "Servers SHOULD apply rate limits and quotas to the records." One caller past its own
+  // quota is refused; every other caller's keys go on as before.
+  if (claim.state === 'quotaExceeded') {
+    log.decide('quotaExceeded', id);
+    throw idempotencyError(IdempotencyErrorType.quotaExceeded, Messages.quotaExceeded, idempotencyKey);
   }
 
   if (claim.state !== 'claimed') {

@@ -6,7 +6,15 @@
 
 import { randomUUID } from 'node:crypto';
 import type { Fingerprint } from './fingerprint.js';
-import type { Claim, ClaimTicket, IdempotencyStore, RecordId, StoredResponse } from './store.js';
+import {
+  type Claim,
+  type ClaimTicket,
+  DEFAULT_MAX_BYTES_PER_SCOPE,
+  DEFAULT_MAX_RECORDS_PER_SCOPE,
+  type IdempotencyStore,
+  type RecordId,
+  type StoredResponse,
+} from './store.js';
 
 /** Default cap. Roughly 100 MB at the demo's response size; 333 keyed calls/s for 300 s. */
 export const DEFAULT_MAX_RECORDS = 100_000;
@@ -19,12 +27,14 @@ export const DEFAULT_MAX_RECORDS = 100_000;
 export const DEFAULT_MAX_BYTES = 256 * 1024 * 1024;
 
 interface InProgressRecord {
+  scope: string;
   fingerprint: Fingerprint;
   token: string;
   expiresAt: number;
 }
 
 interface CompletedRecord {
+  scope: string;
   fingerprint: Fingerprint;
   response: StoredResponse;
   expiresAt: number;
@@ -36,15 +46,28 @@ export interface MemoryStoreOptions {
   maxRecords?: number;
   /** Cap on the stored responses' total size (characters of JSON). */
   maxBytes?: number;
+  /** Quota of one scope (one caller): live records. */
+  maxRecordsPerScope?: number;
+  /** Quota of one scope: characters of stored responses. */
+  maxBytesPerScope?: number;
   /** A clock in milliseconds; monotonic by default so a wall-clock step cannot reorder expiry. Tests pass one they control. */
   now?: () => number;
+}
+
+/** What one scope holds, against its quota. */
+interface ScopeUsage {
+  records: number;
+  bytes: number;
 }
 
 export class MemoryIdempotencyStore implements IdempotencyStore {
   readonly maxRecords: number;
   readonly maxBytes: number;
+  readonly maxRecordsPerScope: number;
+  readonly maxBytesPerScope: number;
   private readonly now: () => number;
   private bytes = 0;
+  private readonly usage = new Map<string, ScopeUsage>();
   // Two maps, each in insertion order. The guard uses one lease and one retention, so
   // insertion order is expiry order and expired records are always at the front: evicting
   // them costs O(1) per record, however many records are stored.
@@ -60,6 +83,14 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     if (!Number.isSafeInteger(this.maxBytes) || this.maxBytes < 1) {
       throw new RangeError(`maxBytes must be a positive integer, got ${this.maxBytes}`);
     }
+    this.maxRecordsPerScope = positiveInteger(
+      'maxRecordsPerScope',
+      options.maxRecordsPerScope ?? DEFAULT_MAX_RECORDS_PER_SCOPE,
+    );
+    this.maxBytesPerScope = positiveInteger(
+      'maxBytesPerScope',
+      options.maxBytesPerScope ?? DEFAULT_MAX_BYTES_PER_SCOPE,
+    );
     this.now = options.now ?? (() => performance.now());
   }
 
@@ -83,9 +114,16 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     // (A response's size is known only once it exists, so the byte cap can be passed by the
     // last response taken; that one is bounded by the request size limit.)
     if (this.size >= this.maxRecords || this.bytes >= this.maxBytes) return { state: 'full' };
+    // The caller's own quota, checked after the global cap: a full store is everyone's answer.
+    const usage = this.usage.get(id.scope);
+    if (usage && (usage.records >= this.maxRecordsPerScope || usage.bytes >= this.maxBytesPerScope)) {
+      return { state: 'quotaExceeded' };
+    }
 
     const token = randomUUID();
-    this.inProgress.set(slot, { fingerprint, token, expiresAt: now + leaseMs });
+    this.inProgress.set(slot, { scope: id.scope, fingerprint, token, expiresAt: now + leaseMs });
+    if (usage) usage.records += 1;
+    else this.usage.set(id.scope, { records: 1, bytes: 0 });
     // Members written out, not `{ ...id, fingerprint, token }`: V8 (Node 20) takes a slow
     // path for a spread followed by more members, about 2 µs, a fifth of the guard's cost.
     const ticket = { scope: id.scope, idempotencyKey: id.idempotencyKey, fingerprint, token };
@@ -98,7 +136,9 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     this.inProgress.delete(slot);
     const bytes = JSON.stringify(response).length;
     this.bytes += bytes;
+    this.usageOf(ticket.scope).bytes += bytes;
     this.completed.set(slot, {
+      scope: ticket.scope,
       fingerprint: ticket.fingerprint,
       response,
       expiresAt: this.now() + retentionMs,
@@ -123,25 +163,49 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   async clear(): Promise<void> {
     this.inProgress.clear();
     this.completed.clear();
+    this.usage.clear();
     this.bytes = 0;
+  }
+
+  /** Live records and stored characters of one scope, for its quota. */
+  usageOfScope(scope: string): Readonly<ScopeUsage> {
+    return this.usage.get(scope) ?? { records: 0, bytes: 0 };
   }
 
   /** Drop every expired record: SEP retention, after which the same key may execute again. */
   private evictExpired(now: number): void {
-    evictExpiredFront(this.inProgress, now);
-    this.bytes -= evictExpiredFront(this.completed, now);
+    this.evictExpiredFront(this.inProgress, now);
+    this.evictExpiredFront(this.completed, now);
+  }
+
+  private evictExpiredFront(records: Map<string, InProgressRecord | CompletedRecord>, now: number): void {
+    for (const [slot, record] of records) {
+      if (record.expiresAt > now) break;
+      records.delete(slot);
+      const bytes = 'bytes' in record ? record.bytes : 0;
+      this.bytes -= bytes;
+      const usage = this.usageOf(record.scope);
+      usage.records -= 1;
+      usage.bytes -= bytes;
+      // A scope with nothing left is forgotten, so many callers cannot grow this map for good.
+      if (usage.records === 0) this.usage.delete(record.scope);
+    }
+  }
+
+  private usageOf(scope: string): ScopeUsage {
+    let usage = this.usage.get(scope);
+    if (!usage) {
+      usage = { records: 0, bytes: 0 };
+      this.usage.set(scope, usage);
+    }
+    return usage;
   }
 }
 
-/** Returns the bytes the evicted records held. */
-function evictExpiredFront(records: Map<string, { expiresAt: number; bytes?: number }>, now: number): number {
-  let freed = 0;
-  for (const [slot, record] of records) {
-    if (record.expiresAt > now) break;
-    records.delete(slot);
-    freed += record.bytes ?? 0;
-  }
-  return freed;
+function positiveInteger(name: string, value: number): number {
+  if (!Number.isSafeInteger(value) || value < 1)
+    throw new RangeError(`${name} must be a positive integer, got ${value}`);
+  return value;
 }
 
 // The scope's length up front keeps (scope, key) pairs distinct whatever characters either

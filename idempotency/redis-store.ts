@@ -2,14 +2,18 @@
 //
 // With no session affinity a retry can land on any instance, so every instance must see
 // the same records (SEP-3182, stateless deployments). Each operation is one atomic Redis
-// command, so instances need no locks and no coordination of their own:
-//   claim    = SET key <inProgress> NX PX lease GET   (1 round trip)
+// script, so instances need no locks and no coordination of their own:
+//   claim    = EVAL "the record if there is one; else, within the caller's quota, my claim,
+//              with PX lease"   (1 round trip)
 //   complete = EVAL "replace it only if it is still my claim"   (1 round trip)
 //   renew    = EVAL "extend its lease only if it is still my claim"   (only for a call still
 //              running after a third of its lease: one round trip per third)
 // A replay, a conflict and an in-progress answer cost one round trip; a first execution two.
 // Redis expiry does all eviction: the lease is the in-progress record's TTL, retention the
-// completed record's TTL. Requires Redis ≥ 7.0 (SET with both NX and GET).
+// completed record's TTL. Each caller's quota is kept beside its records: a sorted set of its
+// record keys scored by expiry, and a hash of their sizes, which every claim prunes of what has
+// expired, so the count needs no round trip of its own and follows Redis' own expiry. Requires
+// Redis ≥ 7.0 (TIME inside a script that writes).
 
 import { randomUUID } from 'node:crypto';
 import { createClient, ErrorReply, type RedisClientType } from '@redis/client';
@@ -17,6 +21,8 @@ import type { Fingerprint } from './fingerprint.js';
 import {
   type Claim,
   type ClaimTicket,
+  DEFAULT_MAX_BYTES_PER_SCOPE,
+  DEFAULT_MAX_RECORDS_PER_SCOPE,
   type IdempotencyStore,
   type RecordId,
   type StoredResponse,
@@ -47,6 +53,10 @@ export type RedisClient = RedisClientType;
 
 export interface RedisStoreOptions {
   keyPrefix?: string;
+  /** Quota of one scope (one caller): live records. */
+  maxRecordsPerScope?: number;
+  /** Quota of one scope: characters of stored responses. */
+  maxBytesPerScope?: number;
   /** Bound on every store command; past it `claim`/`complete` reject and the guard fails closed. */
   commandTimeoutMs?: number;
 }
@@ -99,26 +109,74 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
   return client;
 }
 
+// Every script starts with `#!lua` (no flags): Redis then refuses to run it at all while it is
+// out of memory, as it refuses a plain write, instead of letting it write past `maxmemory`.
+// The scripts' keys: KEYS[1] the record; KEYS[2] the scope's index (sorted set: record key →
+// expiry, in Redis' own milliseconds); KEYS[3] the scope's sizes (hash: record key → characters,
+// and the field "" → their total). The index keys expire once nothing in them can be live.
+const SCOPE_INDEX = `
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function keep_for(key, ms)
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+end
+local function index(ms)
+  redis.call('ZADD', KEYS[2], now_ms() + ms, KEYS[1])
+  keep_for(KEYS[2], ms)
+  keep_for(KEYS[3], ms)
+end`;
+
+// It may not look it, but this is safe from races across any number of instances: Redis runs
+// one script at a time, so of N concurrent claims of one key exactly one finds it free, and the
+// others get the record that holds it, in the same round trip. The PX lease frees the key if
+// the claimant dies mid-execution. ARGV: claim value, lease, quota of records, quota of bytes.
+// Answers {'held', value}, {'quota'} or {'claimed'}.
+const CLAIM_SCRIPT = `#!lua${SCOPE_INDEX}
+local held = redis.call('GET', KEYS[1])
+if held then return {'held', held} end
+local now = now_ms()
+local total = tonumber(redis.call('HGET', KEYS[3], '') or '0')
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
+  total = total - tonumber(redis.call('HGET', KEYS[3], gone) or '0')
+  redis.call('HDEL', KEYS[3], gone)
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+redis.call('HSET', KEYS[3], '', total)
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) or total >= tonumber(ARGV[4]) then
+  return {'quota'}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+index(tonumber(ARGV[2]))
+return {'claimed'}`;
+
 // The claim is released only by the claimant: replace the value with the completed record
 // if, and only if, it is still the exact in-progress value this claim wrote (its token is
 // unique). A claim whose lease expired, and maybe was re-claimed, changes nothing. Lua runs
-// atomically, so nothing can slip in between the GET and the SET.
-const COMPLETE_SCRIPT = `
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-end
-return false`;
+// atomically, so nothing can slip in between the GET and the SET. ARGV: claim value, completed
+// value, retention, the completed value's size.
+const COMPLETE_SCRIPT = `#!lua${SCOPE_INDEX}
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return false end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+index(tonumber(ARGV[3]))
+redis.call('HSET', KEYS[3], KEYS[1], ARGV[4])
+redis.call('HINCRBY', KEYS[3], '', ARGV[4])
+return 1`;
 
 // A live claim's lease is extended by its claimant only, and only while the key still holds
-// this claim's exact value: a claim that already lost its key must not resurrect it.
-const RENEW_SCRIPT = `
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0`;
+// this claim's exact value: a claim that already lost its key must not resurrect it. Its entry
+// in the scope's index moves with it, so the quota counts it for as long as it lives.
+const RENEW_SCRIPT = `#!lua${SCOPE_INDEX}
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+index(tonumber(ARGV[2]))
+return 1`;
 
 export class RedisIdempotencyStore implements IdempotencyStore {
   readonly keyPrefix: string;
+  readonly maxRecordsPerScope: number;
+  readonly maxBytesPerScope: number;
   private readonly commandTimeoutMs: number;
   private ownsClient = false;
 
@@ -143,27 +201,29 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   ) {
     this.keyPrefix = options.keyPrefix ?? DEFAULT_REDIS_KEY_PREFIX;
     this.commandTimeoutMs = options.commandTimeoutMs ?? DEFAULT_REDIS_COMMAND_TIMEOUT_MS;
+    this.maxRecordsPerScope = options.maxRecordsPerScope ?? DEFAULT_MAX_RECORDS_PER_SCOPE;
+    this.maxBytesPerScope = options.maxBytesPerScope ?? DEFAULT_MAX_BYTES_PER_SCOPE;
   }
 
-  // No `maxRecords` here, and never `full` from a count: counting records would cost a
-  // round trip. The cap on a Redis store is the operator's `maxmemory`, with the default
-  // `maxmemory-policy noeviction`: at the limit Redis refuses writes, reported below as
-  // `full` (replays too, since a claim is a write), instead of evicting a live record
-  // whose retry would then execute a second time.
+  // No global `maxRecords` here, and never `full` from a count: counting every record would
+  // cost a round trip. The global cap on a Redis store is the operator's `maxmemory`, with the
+  // default `maxmemory-policy noeviction`: at the limit Redis refuses writes, reported below as
+  // `full` (replays too, since a claim is a write), instead of evicting a live record whose
+  // retry would then execute a second time. Each caller's quota is counted in the claim itself.
   async claim(id: RecordId, fingerprint: Fingerprint, leaseMs: number): Promise<Claim> {
     const lease = milliseconds(leaseMs);
     const token = randomUUID();
-    let holder: string | null;
+    let reply: unknown;
     try {
-      // It may not look it, but this is safe from races across any number of instances:
-      // Redis executes one command at a time, so of N concurrent SET NX on one key exactly
-      // one finds it free. GET hands the others the record that holds the key, in the
-      // same round trip. The PX lease frees the key if this instance dies mid-execution.
-      holder = await this.bounded(
-        this.client.set(this.keyOf(id), inProgressValue(fingerprint, token), {
-          condition: 'NX',
-          expiration: { type: 'PX', value: lease },
-          GET: true,
+      reply = await this.bounded(
+        this.client.eval(CLAIM_SCRIPT, {
+          keys: this.keysOf(id),
+          arguments: [
+            inProgressValue(fingerprint, token),
+            String(lease),
+            String(this.maxRecordsPerScope),
+            String(this.maxBytesPerScope),
+          ],
         }),
       );
     } catch (error) {
@@ -172,25 +232,33 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       // then sees `inProgress` until the lease ends, which is the safe side to err on.
       throw new StoreUnavailableError(error);
     }
-    if (holder === null) return { state: 'claimed', ticket: { ...id, fingerprint, token } };
-    return claimOf(holder);
+    const [answer, holder] = Array.isArray(reply) ? reply : [];
+    if (answer === 'claimed') return { state: 'claimed', ticket: { ...id, fingerprint, token } };
+    if (answer === 'quota') return { state: 'quotaExceeded' };
+    if (answer === 'held' && typeof holder === 'string') return claimOf(holder);
+    throw new StoreUnavailableError(new Error(`unexpected answer to a claim: ${JSON.stringify(reply)}`));
   }
 
   async complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean> {
     const retention = milliseconds(retentionMs);
-    const completed: CompletedValue = { state: 'completed', fingerprint: ticket.fingerprint, response };
+    const completed = JSON.stringify({
+      state: 'completed',
+      fingerprint: ticket.fingerprint,
+      response,
+    } satisfies CompletedValue);
     try {
       // EVAL, not EVALSHA: one round trip always. EVALSHA needs a second one (NOSCRIPT, then
       // EVAL) after every Redis restart or failover; Redis caches the compiled script by its
-      // SHA either way, so EVAL only costs the script's ~150 bytes on the wire.
-      // The script answers OK when it replaced the claim, nil when the key had moved on.
+      // SHA either way, so EVAL only costs the script's bytes on the wire.
+      // The script answers 1 when it replaced the claim, nil when the key had moved on.
       const replaced = await this.bounded(
         this.client.eval(COMPLETE_SCRIPT, {
-          keys: [this.keyOf(ticket)],
+          keys: this.keysOf(ticket),
           arguments: [
             inProgressValue(ticket.fingerprint, ticket.token),
-            JSON.stringify(completed),
+            completed,
             String(retention),
+            String(JSON.stringify(response).length),
           ],
         }),
       );
@@ -205,7 +273,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     try {
       const renewed = await this.bounded(
         this.client.eval(RENEW_SCRIPT, {
-          keys: [this.keyOf(ticket)],
+          keys: this.keysOf(ticket),
           arguments: [inProgressValue(ticket.fingerprint, ticket.token), String(lease)],
         }),
       );
@@ -246,9 +314,12 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     return withDeadline(command, this.commandTimeoutMs);
   }
 
-  private keyOf(id: RecordId): string {
+  /** The record's key, then its scope's index and sizes (see the scripts). */
+  private keysOf(id: RecordId): [string, string, string] {
     // JSON keeps (scope, key) pairs distinct whatever characters either contains.
-    return this.keyPrefix + JSON.stringify([id.scope, id.idempotencyKey]);
+    const record = this.keyPrefix + JSON.stringify([id.scope, id.idempotencyKey]);
+    const scope = `${this.keyPrefix}scope:${JSON.stringify(id.scope)}`;
+    return [record, `${scope}:records`, `${scope}:bytes`];
   }
 }
 

@@ -44,7 +44,9 @@ export type Claim =
   | { state: 'inProgress'; fingerprint: Fingerprint }
   | { state: 'completed'; fingerprint: Fingerprint; response: StoredResponse }
   /** The cap is reached and nothing has expired: refuse rather than evict a live record. */
-  | { state: 'full' };
+  | { state: 'full' }
+  /** This caller's own quota of records is reached (SEP: servers SHOULD apply quotas to the records). */
+  | { state: 'quotaExceeded' };
 
 export interface IdempotencyStore {
   /**
@@ -69,6 +71,17 @@ export interface IdempotencyStore {
   /** Forget every record (the demo's reset_ledger). */
   clear(): Promise<void>;
 }
+
+/**
+ * Default quota of one caller (one scope), in either store: live records. A hundredth of the
+ * memory store's global cap, so no single caller can lock every other out of deduplication (the
+ * SEP: servers SHOULD apply rate limits and quotas to the records); 1,000 records over the 300 s
+ * retention is a caller making more than three keyed calls a second without pause.
+ */
+export const DEFAULT_MAX_RECORDS_PER_SCOPE = 1_000;
+
+/** Default quota of one caller: characters of stored responses, a sixteenth of the memory store's budget. */
+export const DEFAULT_MAX_BYTES_PER_SCOPE = 16 * 1024 * 1024;
 
 /** Thrown by a store that cannot be reached; the guard fails closed on it. */
 export class StoreUnavailableError extends Error {

@@ -329,19 +329,19 @@ describe.skipIf(!redis)('round trips, as Redis receives them (MONITOR)', () => {
     const claim = (fingerprint = FINGERPRINT) => store.claim(id, fingerprint, LEASE_MS);
 
     const first = await commandsDuring(() => claim());
-    expect(first).toMatchObject({ commands: ['SET'], value: { state: 'claimed' } });
+    expect(first).toMatchObject({ commands: ['EVAL'], value: { state: 'claimed' } });
     const inProgress = await commandsDuring(() => claim());
-    expect(inProgress).toMatchObject({ commands: ['SET'], value: { state: 'inProgress' } });
+    expect(inProgress).toMatchObject({ commands: ['EVAL'], value: { state: 'inProgress' } });
     if (first.value.state !== 'claimed') throw new Error('unreachable');
     const { ticket } = first.value;
     const complete = await commandsDuring(() => store.complete(ticket, RESULT, RETENTION_MS));
     expect(complete.commands).toStrictEqual(['EVAL']);
     const replay = await commandsDuring(() => claim());
-    expect(replay).toMatchObject({ commands: ['SET'], value: { state: 'completed' } });
-    // Other arguments under the key: the guard's conflict, from the same single SET.
+    expect(replay).toMatchObject({ commands: ['EVAL'], value: { state: 'completed' } });
+    // Other arguments under the key: the guard's conflict, from the same single script.
     const conflict = await commandsDuring(() => claim(OTHER_FINGERPRINT));
     expect(conflict).toMatchObject({
-      commands: ['SET'],
+      commands: ['EVAL'],
       value: { state: 'completed', fingerprint: FINGERPRINT },
     });
   });

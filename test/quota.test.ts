@@ -1,0 +1,162 @@
+// A quota per caller: the SEP's "Servers SHOULD apply rate limits and quotas to the records".
+// One caller past its own quota is refused with its own error, nothing executed; every other
+// caller's keys go on as before. The memory store and the Redis store give the same answers.
+
+import { randomUUID } from 'node:crypto';
+import { afterAll, describe, expect, it } from 'vitest';
+import {
+  IdempotencyErrorType,
+  INTERNAL_ERROR,
+  idempotencyErrorOf,
+  MemoryIdempotencyStore,
+} from '../idempotency/index.js';
+import { RedisIdempotencyStore } from '../idempotency/redis-store.js';
+import type { IdempotencyStore, RecordId, StoredResponse } from '../idempotency/store.js';
+import { jsonRpcText } from './support/hostile.js';
+import { type HttpInstance, startHttpInstance } from './support/http.js';
+import { ManualClock } from './support/in-process.js';
+import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix, waitUntil } from './support/redis.js';
+
+const redis = await startRedis();
+if (!redis) console.warn(REDIS_SKIP_REASON);
+const closers: Array<() => Promise<void>> = [];
+afterAll(async () => {
+  for (const close of closers.splice(0)) await close();
+  await redis?.stop();
+});
+
+const QUOTA = 3;
+const LEASE_MS = 120_000;
+/** Short enough to watch records expire on their own within a test, in Redis too. */
+const RETENTION_MS = 300;
+const RESULT: StoredResponse = { result: { content: [{ type: 'text', text: 'ok' }] } };
+const alice = (): RecordId => ({ scope: 'principal:alice', idempotencyKey: randomUUID() });
+const bob = (): RecordId => ({ scope: 'principal:bob', idempotencyKey: randomUUID() });
+
+interface QuotaStore {
+  store: IdempotencyStore;
+  /** Lets every record written so far expire. */
+  expireAll(): Promise<void>;
+}
+
+type OpenStore = (quota: { records: number; bytes: number }) => Promise<QuotaStore>;
+
+const openMemory: OpenStore = async ({ records, bytes }) => {
+  const clock = new ManualClock();
+  const store = new MemoryIdempotencyStore({
+    now: clock.now,
+    maxRecordsPerScope: records,
+    maxBytesPerScope: bytes,
+  });
+  return { store, expireAll: async () => clock.advance(LEASE_MS + RETENTION_MS) };
+};
+
+const openRedis: OpenStore = async ({ records, bytes }) => {
+  if (!redis) throw new Error(REDIS_SKIP_REASON);
+  const prefix = uniqueKeyPrefix('quota');
+  const store = await RedisIdempotencyStore.connect(redis.url, {
+    keyPrefix: prefix,
+    maxRecordsPerScope: records,
+    maxBytesPerScope: bytes,
+  });
+  closers.push(async () => {
+    await store.close();
+    await redis.flush(prefix);
+  });
+  // Redis expires the records on its own; the quota must notice without being told.
+  return { store, expireAll: () => new Promise<void>((resolve) => setTimeout(resolve, RETENTION_MS + 50)) };
+};
+
+const stores: Array<[string, OpenStore]> = [['memory store', openMemory]];
+if (redis) stores.push(['Redis store', openRedis]);
+
+/** Claims and completes a fresh key of `id`'s scope, as an execution would. */
+async function execute(store: IdempotencyStore, id: RecordId, response = RESULT): Promise<string> {
+  const claim = await store.claim(id, 'fingerprint', LEASE_MS);
+  if (claim.state === 'claimed') await store.complete(claim.ticket, response, RETENTION_MS);
+  return claim.state;
+}
+
+describe.each(stores)('a quota per caller, in the %s', (_, open) => {
+  it('refuses a caller past its quota of records, and no other caller', async () => {
+    const { store } = await open({ records: QUOTA, bytes: 1_000_000 });
+    const kept = alice();
+    expect(await execute(store, kept)).toBe('claimed');
+    for (let i = 1; i < QUOTA; i++) expect(await execute(store, alice())).toBe('claimed');
+    expect(await execute(store, alice())).toBe('quotaExceeded');
+    expect(await execute(store, bob())).toBe('claimed');
+    // Her stored responses still replay: a replay adds no record.
+    expect((await store.claim(kept, 'fingerprint', LEASE_MS)).state).toBe('completed');
+  });
+
+  it('counts claims still in progress against the quota', async () => {
+    const { store } = await open({ records: QUOTA, bytes: 1_000_000 });
+    for (let i = 0; i < QUOTA; i++)
+      expect((await store.claim(alice(), 'fingerprint', LEASE_MS)).state).toBe('claimed');
+    expect((await store.claim(alice(), 'fingerprint', LEASE_MS)).state).toBe('quotaExceeded');
+  });
+
+  it('frees the quota as the caller’s records expire on their own', async () => {
+    const { store, expireAll } = await open({ records: QUOTA, bytes: 1_000_000 });
+    for (let i = 0; i < QUOTA; i++) await execute(store, alice());
+    expect(await execute(store, alice())).toBe('quotaExceeded');
+    await expireAll();
+    await waitUntil(async () => (await execute(store, alice())) === 'claimed', 2_000);
+  });
+
+  it('refuses a caller whose stored responses reach its quota of bytes', async () => {
+    const { store } = await open({ records: 100, bytes: 1_000 });
+    const big: StoredResponse = { result: { content: [{ type: 'text', text: 'x'.repeat(1_200) }] } };
+    expect(await execute(store, alice(), big)).toBe('claimed');
+    expect(await execute(store, alice())).toBe('quotaExceeded');
+    expect(await execute(store, bob())).toBe('claimed');
+  });
+
+  it('forgets the quota with the records when the store is cleared', async () => {
+    const { store } = await open({ records: 1, bytes: 1_000_000 });
+    await execute(store, alice());
+    expect(await execute(store, alice())).toBe('quotaExceeded');
+    await store.clear();
+    expect(await execute(store, alice())).toBe('claimed');
+  });
+});
+
+describe('a quota per caller, over HTTP', () => {
+  let server: HttpInstance;
+  const call = (token: string, params: Record<string, unknown>) =>
+    fetch(server.url, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        authorization: `Bearer ${token}`,
+      },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params }),
+    }).then(async (response) => JSON.parse(await jsonRpcText(response)));
+  const charge = (amount: number) => ({
+    name: 'charge_guarded',
+    arguments: { amount },
+    idempotencyKey: randomUUID(),
+  });
+
+  it('refuses alice’s keyed charge past her quota with its own error, charging nothing, while bob charges and replays', async () => {
+    server = await startHttpInstance(['--max-records', '100', '--max-records-per-caller', String(QUOTA)], {
+      DEMO_BEARER_TOKENS: 'alice:token-a,bob:token-b',
+    });
+    closers.push(() => server.stop());
+    for (let i = 0; i < QUOTA; i++) expect((await call('token-a', charge(1))).result).toBeDefined();
+    const refused = await call('token-a', charge(1));
+    expect(idempotencyErrorOf(refused.error)).toMatchObject({
+      code: INTERNAL_ERROR,
+      type: IdempotencyErrorType.quotaExceeded,
+    });
+    const balance = await call('token-a', { name: 'get_balance', arguments: {} });
+    expect(balance.result.structuredContent.balance).toBe(QUOTA);
+    const bobs = charge(7);
+    const first = await call('token-b', bobs);
+    expect(first.result.structuredContent).toStrictEqual({ charged: 7, balance: QUOTA + 7 });
+    expect(await call('token-b', bobs)).toStrictEqual(first);
+    const logged = server.decisions().filter((d) => d.decision === 'quotaExceeded');
+    expect(logged.map((d) => d.scope)).toStrictEqual(['principal:alice']);
+  });
+});
