@@ -29,6 +29,8 @@ const USAGE = `Usage: npm run check -- (--command "CMD ARGS…" [--arg A]… | -
   --error-arguments JSON arguments that make the call fail (stored-error check)
   --other-tool NAME      a second tool safe to call with the same arguments (conflict check)
   --other-header "K: V"  a second caller's credentials over HTTP, e.g. "Authorization: Bearer …" (scope check; repeatable)
+  --forbidden-header "K: V"
+                         the same caller's credentials that may not call --tool (authorization-at-replay check; repeatable)
   --timeout-ms N         how long to wait for any answer (default 10000)
   --json                 print the results as JSON`;
 
@@ -37,8 +39,9 @@ class UsageError extends Error {}
 interface Options {
   target: Target;
   otherHeaders?: Record<string, string>;
+  forbiddenHeaders?: Record<string, string>;
   era: Era | 'auto';
-  inputs: Omit<CheckInputs, 'other' | 'transport'>;
+  inputs: Omit<CheckInputs, 'other' | 'forbidden' | 'transport'>;
   timeoutMs: number;
   json: boolean;
 }
@@ -59,6 +62,7 @@ function parseCommandLine(argv: string[]): Options {
       'error-arguments': { type: 'string' },
       'other-tool': { type: 'string' },
       'other-header': { type: 'string', multiple: true, default: [] },
+      'forbidden-header': { type: 'string', multiple: true, default: [] },
       'timeout-ms': { type: 'string', default: '10000' },
       json: { type: 'boolean', default: false },
       help: { type: 'boolean', default: false },
@@ -81,8 +85,12 @@ function parseCommandLine(argv: string[]): Options {
   }
   let target: Target;
   if (values.command !== undefined) {
-    if (values.header.length > 0 || values['other-header'].length > 0) {
-      throw new UsageError('--header and --other-header apply to --url only (stdio has no headers)');
+    if (
+      [values.header, values['other-header'], values['forbidden-header']].some((lines) => lines.length > 0)
+    ) {
+      throw new UsageError(
+        '--header, --other-header and --forbidden-header apply to --url only (stdio has no headers)',
+      );
     }
     const [command, ...args] = [...splitCommandLine(values.command), ...values.arg];
     if (!command) throw new UsageError('--command is empty');
@@ -95,9 +103,15 @@ function parseCommandLine(argv: string[]): Options {
     target = { kind: 'http', url, headers: headers('--header', values.header) };
   }
   const other = values['other-header'];
+  const forbidden = values['forbidden-header'];
   return {
     target,
     otherHeaders: other.length > 0 ? headers('--other-header', other) : undefined,
+    // The other headers stay: only the credentials change, the caller is the same.
+    forbiddenHeaders:
+      forbidden.length > 0 && target.kind === 'http'
+        ? { ...target.headers, ...headers('--forbidden-header', forbidden) }
+        : undefined,
     era,
     timeoutMs,
     json: values.json,
@@ -196,7 +210,17 @@ async function main(argv: string[]): Promise<number> {
       other = await connect({ ...target, headers: options.otherHeaders }, { era: peer.era, timeoutMs });
       peers.push(other);
     }
-    const run = new Run(peer, { ...options.inputs, other, transport: target.kind });
+    let forbidden: Peer | undefined;
+    if (options.forbiddenHeaders && target.kind === 'http') {
+      forbidden = await connect(
+        { ...target, headers: options.forbiddenHeaders },
+        { era: peer.era, timeoutMs },
+      ).catch((error: unknown) => {
+        throw new Error(`with --forbidden-header: ${error instanceof Error ? error.message : String(error)}`);
+      });
+      peers.push(forbidden);
+    }
+    const run = new Run(peer, { ...options.inputs, other, forbidden, transport: target.kind });
     const results = await runChecks(run);
     if (options.json) {
       const summary = {

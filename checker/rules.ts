@@ -31,6 +31,8 @@ export interface CheckInputs {
   otherTool?: string;
   /** A second caller's connection to the same server (its own credentials), for scope. */
   other?: Peer;
+  /** The same caller with credentials that may not call the tool, for authorization at replay. */
+  forbidden?: Peer;
   transport: 'stdio' | 'http';
 }
 
@@ -135,13 +137,33 @@ function errorData(call: Call): { type?: unknown; idempotencyKey?: unknown } {
   return isObject(data) ? data : {};
 }
 
-/** A short account of one answer: its text, or its error code and `data.type`. */
+const isIdempotencyError = (call: Call) =>
+  Object.values(IdempotencyErrorType).some((type) => type === errorData(call).type);
+
+/** Refused by HTTP auth: a 401 or 403 with no JSON-RPC answer in it. */
+const httpRefusal = (call: Call) =>
+  call.kind === 'error' &&
+  call.value === undefined &&
+  (call.answer.http?.status === 401 || call.answer.http?.status === 403);
+
+/** A result's first text content, or the whole result as canonical JSON. */
+function textOf(call: Call): string {
+  const value = isObject(call.value) ? call.value : {};
+  const first = Array.isArray(value.content) ? value.content[0] : undefined;
+  return isObject(first) && typeof first.text === 'string' ? first.text : canonical(value);
+}
+
+/** A short account of one answer: its text, its error code and `data.type`, or its HTTP refusal. */
 function describe(call: Call): string {
+  if (httpRefusal(call)) {
+    // The challenge's `error` says why (RFC 6750): invalid_token, insufficient_scope, …
+    const why = /error="([^"]*)"/.exec(call.answer.http?.challenge ?? '')?.[1];
+    return `HTTP ${call.answer.http?.status}${why === undefined ? '' : `, WWW-Authenticate error="${why}"`}`;
+  }
   const value = isObject(call.value) ? call.value : {};
   const type = errorData(call).type;
   if (call.kind === 'error') return `error ${value.code} ${typeof type === 'string' ? type : value.message}`;
-  const first = Array.isArray(value.content) ? value.content[0] : undefined;
-  const text = isObject(first) && typeof first.text === 'string' ? first.text : canonical(value);
+  const text = textOf(call);
   const short = text.length > 60 ? `${text.slice(0, 57)}…` : text;
   return call.kind === 'tool error' ? `isError "${short}"` : `"${short}"`;
 }
@@ -242,6 +264,35 @@ const replay = keyedPair(() => ({}));
 const errorCall = (run: Run) => ({ argumentsText: JSON.stringify(run.inputs.errorArguments) });
 const errorReplay = keyedPair(errorCall, errorCall);
 const otherCaller = keyedPair((run) => ({ caller: run.inputs.other }));
+
+/**
+ * Refused as the SEP's authorization check would refuse it: by HTTP auth, or by a JSON-RPC error
+ * that is not about the key (a conflict or in-progress answer means the record was consulted first).
+ */
+const refused = (call: Call) => httpRefusal(call) || (call.kind === 'error' && !isIdempotencyError(call));
+
+/**
+ * The forbidden credentials on a fresh key first: a refusal there shows they may not call the
+ * tool, so what they get on a stored key is the server's choice at replay. Then a keyed call
+ * that executes, the same key with the forbidden credentials, and the same key once more with
+ * the caller's own: it still replays the original if the forbidden call neither ran nor touched it.
+ */
+const forbiddenReplay = scenario(async (run) => {
+  const caller = run.inputs.forbidden;
+  const fresh = await run.call({ key: randomUUID(), caller });
+  if (!refused(fresh)) return { fresh };
+  const key = randomUUID();
+  const original = await run.call({ key });
+  if (original.kind === 'error') return { fresh, original };
+  const replayed = await run.call({ key, caller });
+  return { fresh, original, replayed, retry: await run.call({ key }) };
+});
+
+/** Does `call` carry `stored`'s result (its text, as JSON writes it), whatever its status? */
+function carries(call: Call, stored: Call): boolean {
+  const needle = JSON.stringify(textOf(stored)).slice(1, -1);
+  return [call.answer.text, canonical(call.value)].some((text) => text.includes(needle));
+}
 
 /** A slow keyed call, and the same key again while it runs. */
 const inProgress = scenario(async (run) => {
@@ -581,7 +632,38 @@ export const RULES: readonly Rule[] = [
       id: 'authorization.at-replay',
       sentence:
         'A replayed response MUST still be subject to whatever authorization check would ordinarily govern access to it',
-      judge: notCheckable('it needs a credential whose authorization changes between a call and its replay'),
+      judge: async (run) => {
+        if (run.inputs.transport === 'stdio') return na('over stdio there are no credentials to vary');
+        if (!run.inputs.forbidden)
+          return na('needs --forbidden-header (the same caller’s credentials that may not call the tool)');
+        const { distinguishable } = await baseline(run);
+        const { fresh, original, replayed, retry } = await forbiddenReplay(run);
+        if (!original)
+          return nc(
+            `the --forbidden-header credentials may call the tool: a first call got ${describe(fresh)}`,
+          );
+        if (!replayed || !retry) return nc(`the keyed call failed: ${describe(original)}`);
+        const firstCall = `a first call with them got ${describe(fresh)}`;
+        if (!refused(replayed)) {
+          if (same(original, replayed))
+            return fail(
+              `the stored result went to credentials that may not call it: ${describe(replayed)} (${firstCall})`,
+            );
+          return fail(`not refused: ${describe(replayed)} (${firstCall}; original ${describe(original)})`);
+        }
+        if (carries(replayed, original))
+          return fail(
+            `refused with ${describe(replayed)}, but the refusal carries the stored ${describe(original)}`,
+          );
+        if (!same(original, retry))
+          return fail(
+            `refused with ${describe(replayed)}, but the caller's retry then got ${describe(retry)}, not the original ${describe(original)}`,
+          );
+        if (!distinguishable) return nc(unjudgeable);
+        return pass(
+          `refused: ${describe(replayed)}, like a first call; the caller's retry replayed ${describe(retry)}`,
+        );
+      },
     },
     {
       id: 'security.resource-limits',

@@ -22,6 +22,8 @@ export interface Answer {
   message: Record<string, unknown>;
   /** When it arrived, in ms on `performance.now()`'s clock. */
   at: number;
+  /** Over HTTP: the status, and the `WWW-Authenticate` challenge if the server sent one. */
+  http?: { status: number; challenge?: string };
 }
 
 export interface Peer {
@@ -197,14 +199,20 @@ function httpExchange(target: Extract<Target, { kind: 'http' }>, { timeoutMs }: 
       if (session) eraHeaders['mcp-session-id'] = session;
       const body = await response.text();
       const at = performance.now();
-      if (id === 0) return { text: body, message: {}, at };
+      const challenge = response.headers.get('www-authenticate') ?? undefined;
+      const http = { status: response.status, ...(challenge !== undefined && { challenge }) };
+      if (id === 0) return { text: body, message: {}, at, http };
       const messages = response.headers.get('content-type')?.includes('text/event-stream')
         ? sseData(body)
         : [body];
       for (const text of messages) {
         const message = parseObject(text);
-        if (message && message.id === id) return { text, message, at };
+        if (message && message.id === id) return { text, message, at, http };
       }
+      // A call refused by HTTP auth is an answer too (authorization.at-replay judges it); anything
+      // else without a JSON-RPC answer, and any refusal while connecting, stays a loud failure.
+      if (method === 'tools/call' && (response.status === 401 || response.status === 403))
+        return { text: body, message: {}, at, http };
       throw new Error(`HTTP ${response.status} without an answer to request ${id}: ${body.slice(0, 300)}`);
     },
     negotiated(era, headers) {

@@ -78,7 +78,6 @@ const NEVER_CHECKABLE = [
   'retention.documented',
   'ordering.crash',
   'stateless.shared-store',
-  'authorization.at-replay',
   'security.resource-limits',
 ];
 
@@ -86,7 +85,8 @@ describe('the checker finds nothing wrong with the demo server', () => {
   let http: HttpInstance;
   beforeAll(async () => {
     http = await startHttpInstance(['--charge-latency-ms', LATENCY_MS], {
-      DEMO_BEARER_TOKENS: 'alice:token-a,bob:token-b',
+      // Alice's second token may only read: charge_guarded refuses it, a replay included.
+      DEMO_BEARER_TOKENS: 'alice:token-a,alice:token-r:read,bob:token-b',
     });
   });
   afterAll(() => http?.stop(5_000));
@@ -98,6 +98,8 @@ describe('the checker finds nothing wrong with the demo server', () => {
     'Authorization: Bearer token-a',
     '--other-header',
     'Authorization: Bearer token-b',
+    '--forbidden-header',
+    'Authorization: Bearer token-r',
   ];
   const cases = [
     {
@@ -110,8 +112,8 @@ describe('the checker finds nothing wrong with the demo server', () => {
       era: '2025-11-25',
       target: () => stdioServer('server.ts', '--charge-latency-ms', LATENCY_MS),
     },
-    { name: 'over HTTP with two callers on 2026-07-28', era: '2026-07-28', target: httpTarget },
-    { name: 'over HTTP with two callers on 2025-11-25', era: '2025-11-25', target: httpTarget },
+    { name: 'over HTTP, three tokens, on 2026-07-28', era: '2026-07-28', target: httpTarget },
+    { name: 'over HTTP, three tokens, on 2025-11-25', era: '2025-11-25', target: httpTarget },
   ];
 
   test.concurrent.each(cases)(
@@ -129,8 +131,17 @@ describe('the checker finds nothing wrong with the demo server', () => {
       const notApplicable = withStatus(run, 'not applicable');
       const overStdio = target()[0] === '--command';
       expect(notApplicable.sort()).toEqual(
-        ['equivalence.absent-arguments', ...(overStdio ? ['scope.per-caller'] : [])].sort(),
+        [
+          'equivalence.absent-arguments',
+          ...(overStdio ? ['scope.per-caller', 'authorization.at-replay'] : []),
+        ].sort(),
       );
+      if (!overStdio) {
+        // The read-only token's replay is refused by the SDK's scope challenge, before the guard.
+        expect(run.checks.get('authorization.at-replay')?.observed).toMatch(
+          /^refused: HTTP 403, WWW-Authenticate error="insufficient_scope", like a first call; the caller's retry replayed "Charged 1\. New balance: \d+"$/,
+        );
+      }
       expect(run.checks.get('in-progress.data')?.observed).toContain('idempotency_key_in_progress');
       expect(run.calls).toBeGreaterThan(10);
     },
@@ -257,6 +268,28 @@ describe('the checker names exactly the rule each fixture breaks', () => {
       expect(faults(run)).toEqual(['scope.per-caller']);
       expect(run.checks.get('scope.per-caller')?.observed).toContain(
         "the other caller got the first caller's result",
+      );
+      expect(run.code).toBe(1);
+    } finally {
+      server.child.kill('SIGKILL');
+    }
+  });
+
+  test('deduplication in front of authorization over HTTP: a token refused a first call gets the stored result, authorization.at-replay fails', async () => {
+    const server = await startFixtureHttp('replays-unauthorized.ts');
+    try {
+      const run = await runChecker([
+        '--url',
+        server.url,
+        '--header',
+        'Authorization: Bearer token-a',
+        '--forbidden-header',
+        'Authorization: Bearer token-r',
+        ...FIXTURE_CALL,
+      ]);
+      expect(faults(run)).toEqual(['authorization.at-replay']);
+      expect(run.checks.get('authorization.at-replay')?.observed).toMatch(
+        /^the stored result went to credentials that may not call it: "charge 1\. New balance: \d+" \(a first call with them got error -32003 This token may not call charge\)$/,
       );
       expect(run.code).toBe(1);
     } finally {
