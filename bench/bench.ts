@@ -242,7 +242,7 @@ async function main(): Promise<void> {
   // --- Throughput with concurrent clients: in process (one thread), and HTTP ---
   note('concurrency');
   const concurrency: ConcurrencyRow[] = [];
-  const sharedStore = new MemoryIdempotencyStore({ maxRecords: 10_000_000 });
+  const sharedStore = new MemoryIdempotencyStore({ maxRecords: 10_000_000, maxRecordsPerScope: 10_000_000 });
   const sharedLedger = new MemoryLedger();
   concurrency.push(
     ...(await runConcurrency(

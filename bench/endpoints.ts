@@ -7,11 +7,24 @@
 // in-progress path never reaches the provider.
 
 import type { Client } from '@modelcontextprotocol/client';
-import { MemoryIdempotencyStore } from '../idempotency/index.js';
+import { DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS, MemoryIdempotencyStore } from '../idempotency/index.js';
 import { closeRedis, connectRedis, RedisIdempotencyStore } from '../idempotency/redis-store.js';
 import { connectHttpClient, connectToServer, type HttpInstance, startHttpInstance } from '../launch.js';
 import { MemoryLedger, RedisLedger } from '../ledger.js';
 import { connectInProcess } from '../test/support/in-process.js';
+
+/**
+ * The benchmark is one caller standing for all of them, so its quota is the whole store's cap:
+ * the quota is still counted on every claim, but never refuses one.
+ */
+export const ONE_CALLER_QUOTA = {
+  maxRecordsPerScope: DEFAULT_MAX_RECORDS,
+  maxBytesPerScope: DEFAULT_MAX_BYTES,
+};
+const ONE_CALLER_ARGS = [
+  ...['--max-records-per-caller', String(ONE_CALLER_QUOTA.maxRecordsPerScope)],
+  ...['--max-bytes-per-caller', String(ONE_CALLER_QUOTA.maxBytesPerScope)],
+];
 
 export type TransportName = 'in-process' | 'stdio' | 'http';
 export type StoreName = 'memory' | 'redis';
@@ -73,6 +86,7 @@ export async function openPair(
         ? { url: redis.url, prefix: serverPrefix(redis, transport, speed) }
         : undefined;
     const args = [
+      ...ONE_CALLER_ARGS,
       '--charge-latency-ms',
       String(latencyMs),
       ...(own ? ['--store', 'redis', '--redis-url', own.url, '--redis-prefix', own.prefix] : []),
@@ -150,7 +164,7 @@ async function httpEndpoint(instance: HttpInstance): Promise<Endpoint> {
 async function openInProcess(latencyMs: number, redis: RedisTarget | undefined): Promise<Endpoint> {
   if (!redis) {
     const connection = await connectInProcess({
-      store: new MemoryIdempotencyStore(),
+      store: new MemoryIdempotencyStore(ONE_CALLER_QUOTA),
       ledger: new MemoryLedger(latencyMs),
     });
     return {
@@ -163,7 +177,10 @@ async function openInProcess(latencyMs: number, redis: RedisTarget | undefined):
   const redisClient = await connectRedis(redis.url);
   try {
     const connection = await connectInProcess({
-      store: new RedisIdempotencyStore(redisClient, { keyPrefix: `${redis.prefix}idem:` }),
+      store: new RedisIdempotencyStore(redisClient, {
+        keyPrefix: `${redis.prefix}idem:`,
+        ...ONE_CALLER_QUOTA,
+      }),
       ledger: new RedisLedger(redisClient, latencyMs, `${redis.prefix}ledger:balance`),
     });
     return {

@@ -22,6 +22,7 @@ import {
 } from '../idempotency/index.js';
 import { MemoryLedger } from '../ledger.js';
 import { reportResult } from './child.js';
+import { ONE_CALLER_QUOTA } from './endpoints.js';
 import { AMOUNT, TOOL } from './variants.js';
 
 const MemorySample = z.object({ heapUsedBytes: z.number(), rssBytes: z.number() });
@@ -52,7 +53,8 @@ function sample(): z.infer<typeof MemorySample> {
 }
 
 async function main(calls: number): Promise<MemoryResult> {
-  const store = new MemoryIdempotencyStore();
+  // One caller stands for all of them: its quota is the global cap, which is what is measured.
+  const store = new MemoryIdempotencyStore(ONE_CALLER_QUOTA);
   const cap = store.maxRecords;
   if (cap !== DEFAULT_MAX_RECORDS) throw new Error('the memory figures are for the default cap');
   const guard = createToolCallGuard({ store });

@@ -141,7 +141,9 @@ const NOOP_RESULT: JsonObject = {
 };
 
 function guardAlone(): Piece[] {
-  const guard = createToolCallGuard({ store: new MemoryIdempotencyStore({ maxRecords: 10_000_000 }) });
+  const guard = createToolCallGuard({
+    store: new MemoryIdempotencyStore({ maxRecords: 10_000_000, maxRecordsPerScope: 10_000_000 }),
+  });
   // `hold` keeps the original of the in-progress piece executing for the whole run.
   const call = (params: Record<string, unknown>) =>
     guard(params, {}, () => (isHeld(params) ? new Promise<never>(() => {}) : Promise.resolve(NOOP_RESULT)));

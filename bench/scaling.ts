@@ -60,7 +60,8 @@ async function main(rounds: number, batch: number, sizes: number[]): Promise<Sca
   try {
     for (const records of sizes) {
       // Room for the fill and every call measured after it: never `full`.
-      const store = new MemoryIdempotencyStore({ maxRecords: records + 10 * rounds * batch + 100_000 });
+      const maxRecords = records + 10 * rounds * batch + 100_000;
+      const store = new MemoryIdempotencyStore({ maxRecords, maxRecordsPerScope: maxRecords });
       await fill(store, records);
       if (store.size !== records) throw new Error(`filled ${store.size} records, not ${records}`);
       const connection = await connectInProcess({ store });
