@@ -117,7 +117,9 @@ export function mutations(idBase: number): fc.Arbitrary<Mutation> {
 function applyEdits(base: Record<string, Json>, edits: Edit[]): string {
   const value: Json = structuredClone(base);
   for (const edit of edits) {
-    if (edit.kind === 'set') setPath(value, edit.path, edit.value);
+    // A copy: fast-check may hand two edits the same object, and setting it inside itself
+    // would make the request circular, which no wire can carry.
+    if (edit.kind === 'set') setPath(value, edit.path, structuredClone(edit.value));
     if (edit.kind === 'delete') deletePath(value, edit.path);
   }
   let text = JSON.stringify(value);
