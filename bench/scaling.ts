@@ -13,6 +13,7 @@ import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
 import {
   DEFAULT_LEASE_MS,
+  DEFAULT_MAX_BYTES,
   DEFAULT_RETENTION_MS,
   LOCAL_SCOPE,
   MemoryIdempotencyStore,
@@ -61,7 +62,12 @@ async function main(rounds: number, batch: number, sizes: number[]): Promise<Sca
     for (const records of sizes) {
       // Room for the fill and every call measured after it: never `full`.
       const maxRecords = records + 10 * rounds * batch + 100_000;
-      const store = new MemoryIdempotencyStore({ maxRecords, maxRecordsPerScope: maxRecords });
+      // One caller fills it: its quota is the global cap and budget.
+      const store = new MemoryIdempotencyStore({
+        maxRecords,
+        maxRecordsPerScope: maxRecords,
+        maxBytesPerScope: DEFAULT_MAX_BYTES,
+      });
       await fill(store, records);
       if (store.size !== records) throw new Error(`filled ${store.size} records, not ${records}`);
       const connection = await connectInProcess({ store });
