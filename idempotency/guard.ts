@@ -157,8 +157,8 @@ async function guardToolCall(
     log.decide('storeFull', id);
     throw idempotencyError(IdempotencyErrorType.storeFull, Messages.storeFull, idempotencyKey);
   }
-  // SEP: "Servers SHOULD apply rate limits and quotas to the records." One caller past its own
-  // quota is refused; every other caller's keys go on as before.
+  // SEP: "Servers SHOULD apply the same rate-limiting and resource-quota mechanisms … to their
+  // idempotency records." One caller past its own quota is refused; every other caller goes on.
   if (claim.state === 'quotaExceeded') {
     log.decide('quotaExceeded', id);
     throw idempotencyError(IdempotencyErrorType.quotaExceeded, Messages.quotaExceeded, idempotencyKey);
@@ -190,8 +190,8 @@ async function guardToolCall(
   lease.stop();
   try {
     const recorded = await settings.store.complete(claim.ticket, outcome.stored, settings.retentionMs);
-    // Not recorded: the call outlived its lease and a retry has claimed the key since (or the
-    // store was cleared). The lease was too short for this tool; the operator should know.
+    // Not recorded: the claim lost its key while the call ran (its renewals failed until the
+    // lease ran out and a retry claimed the key, or the store was cleared). The operator should know.
     if (recorded) log.decide('executed', id);
     else log.decide('unrecorded', id, Messages.leaseOutlived);
   } catch (error) {
