@@ -215,20 +215,14 @@ export interface HttpClientOptions {
 }
 
 /** An SDK client over Streamable HTTP, optionally presenting a bearer token. */
-export async function connectHttpClient(url: URL, options: HttpClientOptions = {}): Promise<Client> {
-  const { client } = await connectHttp(url, options);
-  return client;
-}
-
-/** Like `connectHttpClient`, with the capabilities as the server sent them. */
-export async function connectHttp(
+export async function connectHttpClient(
   url: URL,
   { era = MODERN_PROTOCOL_VERSION, token }: HttpClientOptions = {},
-): Promise<{ client: Client } & Discovery> {
+): Promise<Client> {
   const headers: Record<string, string> = token ? { Authorization: `Bearer ${token}` } : {};
   const client = newClient(era);
-  const transport = new StreamableHTTPClientTransport(url, { requestInit: { headers } });
-  return { client, ...(await connectReadingCapabilities(client, era, transport)) };
+  await client.connect(new StreamableHTTPClientTransport(url, { requestInit: { headers } }));
+  return client;
 }
 
 // --- Raw 2026-07-28 requests over HTTP, for the scenarios that must control the bytes ---
