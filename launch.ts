@@ -5,6 +5,7 @@
 // tests and the benchmark all start their servers here.
 
 import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -12,6 +13,8 @@ import {
   CLIENT_CAPABILITIES_META_KEY,
   CLIENT_INFO_META_KEY,
   Client,
+  type ElicitRequest,
+  type ElicitResult,
   PROTOCOL_VERSION_META_KEY,
   StreamableHTTPClientTransport,
   type Transport,
@@ -34,15 +37,24 @@ export const ERAS: readonly Era[] = [MODERN_PROTOCOL_VERSION, LEGACY_PROTOCOL_VE
 
 const CLIENT_INFO = { name: 'sep-3182-client-demo', version: '0.1.0' };
 
+/** The user, as a client asks them a server's question (form elicitation). */
+export type AskUser = (request: ElicitRequest['params']) => Promise<ElicitResult>;
+
 /**
  * A client of the current SDK line in `era`: pinned to 2026-07-28 (`server/discover`, then a
- * per-request envelope on every call), or the plain 2025-11-25 initialize handshake.
+ * per-request envelope on every call), or the plain 2025-11-25 initialize handshake. Given
+ * `askUser`, it declares form elicitation and answers a server's questions with it: on 2026-07-28
+ * the SDK then answers `input_required` and sends the continuation by itself.
  */
-export function newClient(era: Era): Client {
-  return new Client(
-    CLIENT_INFO,
-    era === MODERN_PROTOCOL_VERSION ? { versionNegotiation: { mode: { pin: MODERN_PROTOCOL_VERSION } } } : {},
-  );
+export function newClient(era: Era, askUser?: AskUser): Client {
+  const client = new Client(CLIENT_INFO, {
+    ...(era === MODERN_PROTOCOL_VERSION && {
+      versionNegotiation: { mode: { pin: MODERN_PROTOCOL_VERSION } },
+    }),
+    ...(askUser && { capabilities: { elicitation: { form: {} } } }),
+  });
+  if (askUser) client.setRequestHandler('elicitation/create', (request) => askUser(request.params));
+  return client;
 }
 
 export interface ServerConnection {
@@ -107,12 +119,14 @@ export interface StdioConnectOptions {
   era?: Era;
   /** The server script to spawn, relative to the project (default `server.ts`). */
   script?: string;
+  /** The user the client asks when a tool asks a question. */
+  askUser?: AskUser;
 }
 
 /** Spawns `server.ts` with `args` and connects an SDK client to it over stdio. */
 export async function connectToServer(
   args: string[] = [],
-  { era = MODERN_PROTOCOL_VERSION, script = 'server.ts' }: StdioConnectOptions = {},
+  { era = MODERN_PROTOCOL_VERSION, script = 'server.ts', askUser }: StdioConnectOptions = {},
 ): Promise<ServerConnection> {
   const transport = new StdioClientTransport({
     command: process.execPath,
@@ -128,7 +142,7 @@ export async function connectToServer(
     partial = lines.pop() ?? '';
     stderrLines.push(...lines);
   });
-  const client = newClient(era);
+  const client = newClient(era, askUser);
   const discovered = await connectReadingCapabilities(client, era, transport);
   return { client, era, ...discovered, stderrLines, close: () => client.close() };
 }
@@ -148,6 +162,9 @@ export interface HttpInstance {
 
 const START_TIMEOUT_MS = 15_000;
 
+/** Every instance started from here seals `requestState` with one key, as a fleet's would. */
+const FLEET_REQUEST_STATE_KEY = randomBytes(32).toString('base64url');
+
 /** Spawns `server.ts --http --port 0 …args` and waits for its "listening" line. */
 export async function startHttpInstance(
   args: string[] = [],
@@ -158,7 +175,7 @@ export async function startHttpInstance(
     ['--import', 'tsx', join(HERE, 'server.ts'), '--http', '--port', '0', ...args],
     {
       cwd: HERE,
-      env: { ...process.env, ...env },
+      env: { DEMO_REQUEST_STATE_KEY: FLEET_REQUEST_STATE_KEY, ...process.env, ...env },
       stdio: ['ignore', 'ignore', 'pipe'],
     },
   );
@@ -212,15 +229,17 @@ export interface HttpClientOptions {
   era?: Era;
   /** A bearer token to present on every request. */
   token?: string;
+  /** The user the client asks when a tool asks a question. */
+  askUser?: AskUser;
 }
 
 /** An SDK client over Streamable HTTP, optionally presenting a bearer token. */
 export async function connectHttpClient(
   url: URL,
-  { era = MODERN_PROTOCOL_VERSION, token }: HttpClientOptions = {},
+  { era = MODERN_PROTOCOL_VERSION, token, askUser }: HttpClientOptions = {},
 ): Promise<Client> {
   const headers: Record<string, string> = token ? { Authorization: `Bearer ${token}` } : {};
-  const client = newClient(era);
+  const client = newClient(era, askUser);
   await client.connect(new StreamableHTTPClientTransport(url, { requestInit: { headers } }));
   return client;
 }

@@ -9,6 +9,8 @@ import type { RedisClientType } from '@redis/client';
 export interface Ledger {
   /** Commits `amount` (minor units) and returns the new balance. */
   charge(amount: number): Promise<number>;
+  /** Pays `amount` back (the balance goes down by it) and returns the new balance. */
+  refund(amount: number): Promise<number>;
   balance(): Promise<number>;
   reset(): Promise<void>;
 }
@@ -23,6 +25,10 @@ export class MemoryLedger implements Ledger {
     if (this.latencyMs > 0) await new Promise((resolve) => setTimeout(resolve, this.latencyMs));
     this.total += amount;
     return this.total;
+  }
+
+  refund(amount: number): Promise<number> {
+    return this.charge(-amount);
   }
 
   async balance(): Promise<number> {
@@ -58,6 +64,10 @@ export class RedisLedger implements Ledger {
   async charge(amount: number): Promise<number> {
     if (this.latencyMs > 0) await new Promise((resolve) => setTimeout(resolve, this.latencyMs));
     return this.client.incrBy(this.key, amount);
+  }
+
+  refund(amount: number): Promise<number> {
+    return this.charge(-amount);
   }
 
   async balance(): Promise<number> {

@@ -11,7 +11,16 @@
 
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { McpServer, requireScopes } from '@modelcontextprotocol/server';
+import {
+  acceptedContent,
+  createRequestStateCodec,
+  inputRequired,
+  inputResponse,
+  McpServer,
+  type RequestStateCodec,
+  requireScopes,
+  type ServerContext,
+} from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import { type BearerTokens, parseBearerTokens, startHttpServer } from './http.js';
 import {
@@ -37,6 +46,8 @@ export const SERVER_INFO = { name: 'sep-3182-idempotency-demo', version: '0.1.0'
 export interface DemoServerOptions {
   ledger: Ledger;
   store: IdempotencyStore;
+  /** Seals `refund_order`'s `requestState`; every instance that may see a continuation needs the same one. */
+  requestState?: RequestStateCodec<RefundState>;
   retentionMs?: number;
   leaseMs?: number;
   scopeOf?: (caller: Caller) => string;
@@ -66,7 +77,7 @@ export type DemoToolResult = {
  * replayed response MUST still be subject to whatever authorization check would ordinarily govern
  * access to it"). Over stdio the caller is the local user, with no token: every tool is allowed.
  */
-export const DEMO_SCOPES = { charge: 'charge', read: 'read', admin: 'admin' } as const;
+export const DEMO_SCOPES = { charge: 'charge', refund: 'refund', read: 'read', admin: 'admin' } as const;
 
 export type DemoScope = (typeof DEMO_SCOPES)[keyof typeof DEMO_SCOPES];
 
@@ -164,10 +175,114 @@ export function registerDemoTools(tools: ToolRegistry, ledger: Ledger, store: Id
   );
 }
 
+// --- A tool that asks before it acts: a multi-round-trip call (2026-07-28) ---
+//
+// `refund_order` answers its opening round with `input_required`: a question for the user, and a
+// sealed `requestState` naming the refund. The client sends the call again with the answer (a
+// continuation) and only a yes refunds. On a 2025-11-25 connection the SDK asks the question
+// itself, inside the one call. Like the others, this tool carries no idempotency logic: the
+// guard's rules for continuations are in idempotency/guard.ts.
+
+/** What `refund_order` seals into its `requestState`: the refund the question was about. */
+export interface RefundState {
+  tool: 'refund_order';
+  orderId: string;
+  amount: number;
+}
+
+/** How long a question may wait for its answer; the guard keeps an awaiting key as long. */
+export const REQUEST_STATE_TTL_SECONDS = 600;
+
+/**
+ * The codec sealing `requestState` (HMAC, the v2 SDK's), bound to the method and the caller: a
+ * state minted for alice's call is refused on bob's. `key` must be at least 32 bytes, the same on
+ * every instance a continuation may reach.
+ */
+export function refundStateCodec(
+  key: string | Uint8Array,
+  ttlSeconds = REQUEST_STATE_TTL_SECONDS,
+): RequestStateCodec<RefundState> {
+  return createRequestStateCodec<RefundState>({
+    key,
+    ttlSeconds,
+    bind: (ctx) => `${ctx.mcpReq.method}\0${ctx.http?.authInfo?.clientId ?? ''}`,
+  });
+}
+
+let processCodec: RequestStateCodec<RefundState> | undefined;
+
+/** A codec with a key of this process's own: enough when one process serves every round. */
+function processRequestStateCodec(): RequestStateCodec<RefundState> {
+  processCodec ??= refundStateCodec(crypto.getRandomValues(new Uint8Array(32)));
+  return processCodec;
+}
+
+const refundInput = z.object({
+  orderId: z.string().min(1).max(64).describe('The order to refund'),
+  amount: z.number().int().positive().describe('Amount to refund, in minor units (cents)'),
+});
+const refundOutput = z.object({
+  orderId: z.string(),
+  refunded: z.number().int().describe('The amount this call refunded: 0 when the user said no'),
+  balance: z.number().int().describe('The ledger balance after the call'),
+});
+const confirmation = z.object({ confirm: z.boolean().describe('Refund this order?') });
+
+function registerRefundTool(mcp: McpServer, ledger: Ledger, codec: RequestStateCodec<RefundState>): void {
+  mcp.registerTool(
+    'refund_order',
+    {
+      description: 'Refund an order, after asking the user to confirm (a multi-round-trip call).',
+      inputSchema: refundInput,
+      outputSchema: refundOutput,
+      annotations: { readOnlyHint: false, idempotentHint: false, openWorldHint: true },
+      scopeChallenge: requireScopes(DEMO_SCOPES.refund),
+    },
+    async ({ orderId, amount }, ctx: ServerContext) => {
+      // Verified by the SDK before this runs (`requestState.verify`): integrity, expiry, caller.
+      const state = ctx.mcpReq.requestState<RefundState>();
+      const answers = ctx.mcpReq.inputResponses;
+      const ours = state?.tool === 'refund_order' && state.orderId === orderId && state.amount === amount;
+      const answer = inputResponse(ours ? answers : undefined, 'confirm');
+      const content = acceptedContent(answers, 'confirm', confirmation);
+      if (answer.kind !== 'elicit' || (answer.action === 'accept' && content === undefined)) {
+        // The opening round, or an answer this refund cannot use (another refund's state, a
+        // malformed answer): ask. The SDK's way with an unusable answer is to ask again.
+        const again = state !== undefined || answers !== undefined;
+        const question = `Refund ${amount} to order ${orderId}?`;
+        return inputRequired({
+          inputRequests: {
+            confirm: inputRequired.elicit({
+              message: again ? `That answer could not be used. ${question}` : question,
+              requestedSchema: confirmation,
+            }),
+          },
+          requestState: await codec.mint({ tool: 'refund_order', orderId, amount }, ctx),
+        });
+      }
+      if (content?.confirm !== true) {
+        const balance = await ledger.balance();
+        return {
+          content: [{ type: 'text', text: `Not refunded: the user said no. Balance: ${balance}` }],
+          structuredContent: { orderId, refunded: 0, balance },
+        };
+      }
+      const balance = await ledger.refund(amount);
+      return {
+        content: [{ type: 'text', text: `Refunded ${amount} to order ${orderId}. New balance: ${balance}` }],
+        structuredContent: { orderId, refunded: amount, balance },
+      };
+    },
+  );
+}
+
 /** Builds the demo server: stdio calls this once per connection, stateless HTTP once per request. */
 export function createDemoServer(options: DemoServerOptions): McpServer {
   const { ledger, store } = options;
-  const mcp = new McpServer(SERVER_INFO);
+  const codec = options.requestState ?? processRequestStateCodec();
+  // The SDK verifies every echoed `requestState` before the tool runs; a forged, expired or
+  // another caller's state is refused with -32602 (reason `invalid_request_state`).
+  const mcp = new McpServer(SERVER_INFO, { requestState: { verify: codec.verify } });
   // The SDK's scope challenge runs over HTTP before the dispatch, for executions and replays alike.
   const tools: ToolRegistry = {
     withAmount: (name, { scope, ...config }, run) =>
@@ -176,10 +291,12 @@ export function createDemoServer(options: DemoServerOptions): McpServer {
       void mcp.registerTool(name, { ...config, scopeChallenge: requireScopes(scope) }, run),
   };
   registerDemoTools(tools, ledger, store);
+  registerRefundTool(mcp, ledger, codec);
   installIdempotencyGuard(mcp, {
     store,
     retentionMs: options.retentionMs,
     leaseMs: options.leaseMs,
+    awaitingInputRetentionMs: REQUEST_STATE_TTL_SECONDS * 1000,
     scopeOf: options.scopeOf,
     onDecision: options.onDecision,
   });
@@ -218,7 +335,10 @@ const USAGE = `Usage: tsx server.ts [options]
   --in-progress-lease-ms N  how long an unfinished claim holds its key (default ${DEFAULT_LEASE_MS})
 Environment: DEMO_BEARER_TOKENS requires bearer auth over HTTP: comma-separated principal:token
   (every scope) or principal:token:scope+scope, e.g. "alice:token-a,alice:token-r:read,bob:token-b".
-  Scopes: ${Object.values(DEMO_SCOPES).join(', ')} (charge_* need charge, get_balance read, reset_ledger admin).`;
+  Scopes: ${Object.values(DEMO_SCOPES).join(', ')} (charge_* need charge, refund_order refund,
+  get_balance read, reset_ledger admin).
+  DEMO_REQUEST_STATE_KEY seals refund_order's requestState (at least 32 characters); every HTTP
+  instance a continuation may reach needs the same one. Unset: a random key of this process's own.`;
 
 export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process.env): ServerConfig {
   const { values } = parseArgs({
@@ -312,10 +432,13 @@ async function openBackends(
 async function main(): Promise<void> {
   let config: ServerConfig;
   let bearerTokens: BearerTokens | undefined;
+  let requestState: RequestStateCodec<RefundState> | undefined;
   try {
     config = parseServerArgs(process.argv.slice(2));
     const tokens = process.env.DEMO_BEARER_TOKENS;
     bearerTokens = tokens === undefined ? undefined : parseBearerTokens(tokens, Object.values(DEMO_SCOPES));
+    const stateKey = process.env.DEMO_REQUEST_STATE_KEY;
+    requestState = stateKey === undefined ? undefined : refundStateCodec(stateKey);
   } catch (error) {
     process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n${USAGE}\n`);
     process.exit(2);
@@ -326,6 +449,7 @@ async function main(): Promise<void> {
   const serverOptions: DemoServerOptions = {
     ...backends,
     store: claims,
+    requestState,
     retentionMs: config.retentionMs,
     leaseMs: config.leaseMs,
     onDecision: logDecision,

@@ -16,25 +16,34 @@ export class ClaimsInFlight implements IdempotencyStore {
 
   constructor(private readonly store: IdempotencyStore) {}
 
-  async claim(id: RecordId, fingerprint: Fingerprint, leaseMs: number): Promise<Claim> {
+  async claim(
+    id: RecordId,
+    fingerprint: Fingerprint,
+    leaseMs: number,
+    continuation?: boolean,
+  ): Promise<Claim> {
     // Open from the moment it is asked for: a claim still on its way to Redis counts too.
     this.open += 1;
     let claim: Claim | undefined;
     try {
-      claim = await this.store.claim(id, fingerprint, leaseMs);
+      claim = await this.store.claim(id, fingerprint, leaseMs, continuation);
       return claim;
     } finally {
       if (claim?.state !== 'claimed') this.close();
     }
   }
 
-  async complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean> {
-    try {
-      return await this.store.complete(ticket, response, retentionMs);
-    } finally {
-      // The guard completes every claim it gets, whatever the dispatch answered.
-      this.close();
-    }
+  // The guard settles every claim it gets, one of these three ways, whatever the dispatch answered.
+  complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean> {
+    return this.closing(this.store.complete(ticket, response, retentionMs));
+  }
+
+  awaitInput(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean> {
+    return this.closing(this.store.awaitInput(ticket, response, retentionMs));
+  }
+
+  release(ticket: ClaimTicket): Promise<boolean> {
+    return this.closing(this.store.release(ticket));
   }
 
   renew(ticket: ClaimTicket, leaseMs: number): Promise<boolean> {
@@ -65,6 +74,14 @@ export class ClaimsInFlight implements IdempotencyStore {
     }
     // Let the answers of the calls just recorded be written.
     await nextTurn();
+  }
+
+  private async closing(settled: Promise<boolean>): Promise<boolean> {
+    try {
+      return await settled;
+    } finally {
+      this.close();
+    }
   }
 
   private close(): void {

@@ -110,3 +110,23 @@ export function idempotencyErrorOf(error: unknown): (IdempotencyErrorData & { co
   const key: unknown = Reflect.get(data, 'idempotencyKey');
   return typeof key === 'string' ? { code, type, idempotencyKey: key } : { code, type };
 }
+
+// --- A continuation refused before anything ran ---
+//
+// A multi-round-trip continuation (2026-07-28) whose `requestState` the server's verifier rejects
+// (forged, expired, another caller's) is refused before any tool runs, and must not settle the key:
+// the guard puts the key back as it was. The v2 SDK answers it with -32602, the frozen message
+// "Invalid or expired requestState", and this reason in `data`.
+
+export const INVALID_REQUEST_STATE_REASON = 'invalid_request_state';
+
+/** Whether a JSON-RPC error says a continuation's `requestState` was refused before anything ran. */
+export function isRefusedContinuation(error: { code: number; data?: unknown }): boolean {
+  const data = error.data;
+  return (
+    error.code === INVALID_PARAMS &&
+    typeof data === 'object' &&
+    data !== null &&
+    Reflect.get(data, 'reason') === INVALID_REQUEST_STATE_REASON
+  );
+}

@@ -6,8 +6,19 @@
 // (`sdk-v2.ts`, `sdk-v1.ts`) puts it in front of that line's dispatch. `guardToolCall` reads top
 // to bottom as the SEP's algorithm: no key → validate → fingerprint → claim → conflict? → in
 // progress? → replay → execute once and record.
+//
+// Multi-round-trip calls (2026-07-28) are this project's choice, since the SEP leaves them out of
+// its scope: a round that answers `input_required` is not final; the key waits for its
+// continuation ("awaiting input"), and `settlementOf` at the bottom says how each answer settles it.
 
-import { IdempotencyErrorType, INTERNAL_ERROR, idempotencyError, JsonRpcError, Messages } from './errors.js';
+import {
+  IdempotencyErrorType,
+  INTERNAL_ERROR,
+  idempotencyError,
+  isRefusedContinuation,
+  JsonRpcError,
+  Messages,
+} from './errors.js';
 import { fingerprintToolCall } from './fingerprint.js';
 import { checkIdempotencyKey } from './key.js';
 import type {
@@ -30,6 +41,13 @@ export const DEFAULT_RETENTION_MS = 300_000;
  * client's default request timeout (60 s).
  */
 export const DEFAULT_LEASE_MS = 120_000;
+
+/**
+ * How long a key awaits the continuation of a round that answered `input_required`: the v2 SDK's
+ * request-state codec's default TTL (600 s). A continuation after that carries an expired
+ * `requestState` anyway, so holding the key longer would only replay a question nobody can answer.
+ */
+export const DEFAULT_AWAITING_INPUT_RETENTION_MS = 600_000;
 
 /** Over stdio the caller is the local user: one authorization boundary, one scope. */
 export const LOCAL_SCOPE = 'local';
@@ -54,6 +72,10 @@ export function principalScope(caller: Caller): string {
 
 export type Decision =
   | 'executed'
+  /** A round ran and answered `input_required`: the key awaits its continuation. */
+  | 'awaitingInput'
+  /** A continuation was refused before anything ran: the key is as it was. */
+  | 'continuationRefused'
   | 'replayed'
   | 'conflict'
   | 'inProgress'
@@ -77,6 +99,8 @@ export interface IdempotencyGuardOptions {
   store: IdempotencyStore;
   retentionMs?: number;
   leaseMs?: number;
+  /** How long a key awaits a continuation; match it to the TTL of your `requestState`. */
+  awaitingInputRetentionMs?: number;
   /**
    * The caller's authorization boundary (an OAuth principal, the local user, a workspace).
    * SEP: one caller's key must never replay another caller's result.
@@ -107,6 +131,7 @@ export function createToolCallGuard(options: IdempotencyGuardOptions): ToolCallG
     store: options.store,
     retentionMs: options.retentionMs ?? DEFAULT_RETENTION_MS,
     leaseMs: options.leaseMs ?? DEFAULT_LEASE_MS,
+    awaitingInputRetentionMs: options.awaitingInputRetentionMs ?? DEFAULT_AWAITING_INPUT_RETENTION_MS,
     scopeOf: options.scopeOf ?? (() => LOCAL_SCOPE),
     onDecision: options.onDecision ?? (() => {}),
   };
@@ -142,11 +167,16 @@ async function guardToolCall(
     throw idempotencyError(IdempotencyErrorType.invalid, message, idempotencyKey);
   }
 
-  // One atomic store operation either claims the key or returns what already holds it.
+  // MRTR: a continuation is the same call again, with the client's `inputResponses` and the
+  // echoed `requestState` beside the same name, arguments and key (neither enters the fingerprint).
+  const continuation = Object.hasOwn(params, 'inputResponses') || Object.hasOwn(params, 'requestState');
+
+  // One atomic store operation either claims the key or returns what already holds it. A
+  // continuation of a key awaiting input claims it; a repeat of the opening round does not.
   const id: RecordId = { scope: settings.scopeOf(caller), idempotencyKey };
   let claim: Claim;
   try {
-    claim = await settings.store.claim(id, fingerprint.fingerprint, settings.leaseMs);
+    claim = await settings.store.claim(id, fingerprint.fingerprint, settings.leaseMs, continuation);
   } catch (error) {
     // Fail closed: executing without a record would let the retry charge again.
     log.decide('storeUnavailable', id, String(error));
@@ -176,7 +206,8 @@ async function guardToolCall(
       log.decide('inProgress', id);
       throw idempotencyError(IdempotencyErrorType.inProgress, Messages.inProgress, idempotencyKey);
     }
-    // SEP: the stored response, success or error, with nothing marking it as a replay.
+    // SEP: the stored response, success or error, with nothing marking it as a replay. For a key
+    // awaiting input that is its `input_required` again: the opening round never runs twice.
     log.decide('replayed', id);
     return replay(claim.response);
   }
@@ -188,11 +219,18 @@ async function guardToolCall(
   const lease = new LeaseRenewal(settings.store, claim.ticket, settings.leaseMs);
   const outcome = await settle(dispatch);
   lease.stop();
+  const settlement = settlementOf(outcome, continuation);
   try {
-    const recorded = await settings.store.complete(claim.ticket, outcome.stored, settings.retentionMs);
+    const { store, retentionMs, awaitingInputRetentionMs } = settings;
+    const recorded =
+      settlement === 'executed'
+        ? await store.complete(claim.ticket, outcome.stored, retentionMs)
+        : settlement === 'awaitingInput'
+          ? await store.awaitInput(claim.ticket, outcome.stored, awaitingInputRetentionMs)
+          : await store.release(claim.ticket);
     // Not recorded: the claim lost its key while the call ran (its renewals failed until the
     // lease ran out and a retry claimed the key, or the store was cleared). The operator should know.
-    if (recorded) log.decide('executed', id);
+    if (recorded || settlement === 'continuationRefused') log.decide(settlement, id);
     else log.decide('unrecorded', id, Messages.leaseOutlived);
   } catch (error) {
     // The caller still gets its answer; only a retry of a lost answer could execute again,
@@ -201,6 +239,26 @@ async function guardToolCall(
   }
   if (outcome.threw) throw outcome.error;
   return outcome.result;
+}
+
+/**
+ * How one round's answer settles its key. The SEP covers single-round calls: whatever they
+ * answer is final. For multi-round-trip calls, which it leaves open, this project chooses:
+ * - `input_required` is never final. The key awaits the continuation, holding that answer, which
+ *   a repeat of the opening round gets again; the continuation runs (`claim` lets it in).
+ * - Any other answer, a result or an error, is final, from whichever round gave it: replayed to
+ *   every later call with the key and equivalent arguments, continuation fields or not.
+ * - A continuation refused before anything ran (a forged, expired or another caller's
+ *   `requestState`: see `isRefusedContinuation`) settles nothing. Recording it would poison the
+ *   key; the key goes back to awaiting input, or to no record if there was none. (An answer the
+ *   tool cannot use is the tool's to handle: the SDK's way, and the demo's, is to ask again.)
+ */
+function settlementOf(
+  outcome: Outcome,
+  continuation: boolean,
+): 'executed' | 'awaitingInput' | 'continuationRefused' {
+  if (!outcome.threw) return outcome.result.resultType === 'input_required' ? 'awaitingInput' : 'executed';
+  return continuation && isRefusedContinuation(outcome.stored.error) ? 'continuationRefused' : 'executed';
 }
 
 /**
@@ -259,7 +317,7 @@ class DecisionLog {
 
 type Outcome =
   | { threw: false; result: JsonObject; stored: StoredResponse }
-  | { threw: true; error: unknown; stored: StoredResponse };
+  | { threw: true; error: unknown; stored: { error: WireError } };
 
 /** Runs the dispatch, catching a synchronous throw too: an SDK's own parse may throw before any promise exists. */
 async function settle(run: Dispatch): Promise<Outcome> {

@@ -28,13 +28,20 @@ function rawRequestHandlers<Ctx>(server: object): Map<string, RawRequestHandler<
   return handlers;
 }
 
+/** How an adapter hands the guard the request: who is calling, and the params as sent. */
+export interface EntryReader<Ctx> {
+  callerOf(ctx: Ctx): Caller;
+  /** The params as they came off the wire; by default the request's own. */
+  paramsOf?(params: Record<string, unknown>, ctx: Ctx): Readonly<Record<string, unknown>>;
+}
+
 /**
  * Wraps the `tools/call` entry of `server` (an SDK `Server`, not an `McpServer`) with the guard.
  * Throws if the SDK no longer keeps the entry where expected, or if no tool is registered yet.
  */
 export function guardToolsCallEntry<Ctx>(
   server: object,
-  callerOf: (ctx: Ctx) => Caller,
+  reader: EntryReader<Ctx>,
   options: IdempotencyGuardOptions,
 ): void {
   const handlers = rawRequestHandlers<Ctx>(server);
@@ -43,7 +50,8 @@ export function guardToolsCallEntry<Ctx>(
     throw new Error('SEP-3182 guard: no tools/call handler yet; register tools before installing the guard');
   }
   const guard = createToolCallGuard(options);
+  const paramsOf = reader.paramsOf ?? ((params) => params);
   handlers.set('tools/call', (request, ctx) =>
-    guard(request.params ?? {}, callerOf(ctx), () => dispatch(request, ctx)),
+    guard(paramsOf(request.params ?? {}, ctx), reader.callerOf(ctx), () => dispatch(request, ctx)),
   );
 }

@@ -31,9 +31,14 @@ interface InProgressRecord {
   fingerprint: Fingerprint;
   token: string;
   expiresAt: number;
+  /** Characters still counted for the key: those of the awaiting-input record it resumed, else 0. */
+  bytes: number;
+  /** The awaiting-input record a continuation took over, put back if nothing ran. */
+  resumed?: StoredRecord;
 }
 
-interface CompletedRecord {
+/** A completed or awaiting-input record: a response, kept until `expiresAt`. */
+interface StoredRecord {
   scope: string;
   fingerprint: Fingerprint;
   response: StoredResponse;
@@ -68,11 +73,13 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   private readonly now: () => number;
   private bytes = 0;
   private readonly usage = new Map<string, ScopeUsage>();
-  // Two maps, each in insertion order. The guard uses one lease and one retention, so
-  // insertion order is expiry order and expired records are always at the front: evicting
-  // them costs O(1) per record, however many records are stored.
+  // One map per state, each in insertion order. The guard uses one lease and one retention per
+  // state, so insertion order is expiry order and expired records are at the front: evicting
+  // them costs O(1) per record, however many records are stored. (The one exception, an
+  // awaiting-input record put back by `release` with its original expiry, is checked on lookup.)
   private readonly inProgress = new Map<string, InProgressRecord>();
-  private readonly completed = new Map<string, CompletedRecord>();
+  private readonly awaiting = new Map<string, StoredRecord>();
+  private readonly completed = new Map<string, StoredRecord>();
 
   constructor(options: MemoryStoreOptions = {}) {
     this.maxRecords = options.maxRecords ?? DEFAULT_MAX_RECORDS;
@@ -96,10 +103,10 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
 
   /** Live and not-yet-evicted records together; bounded by `maxRecords`. */
   get size(): number {
-    return this.inProgress.size + this.completed.size;
+    return this.inProgress.size + this.awaiting.size + this.completed.size;
   }
 
-  async claim(id: RecordId, fingerprint: Fingerprint, leaseMs: number): Promise<Claim> {
+  async claim(id: RecordId, fingerprint: Fingerprint, leaseMs: number, continuation = false): Promise<Claim> {
     // No await before the write below: in one event loop, check-then-set is atomic.
     const now = this.now();
     this.evictExpired(now);
@@ -109,6 +116,16 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     if (running) return { state: 'inProgress', fingerprint: running.fingerprint };
     const done = this.completed.get(slot);
     if (done) return { state: 'completed', fingerprint: done.fingerprint, response: done.response };
+    const waiting = this.awaiting.get(slot);
+    if (waiting && waiting.expiresAt > now) {
+      if (!continuation || waiting.fingerprint !== fingerprint) {
+        return { state: 'awaitingInput', fingerprint: waiting.fingerprint, response: waiting.response };
+      }
+      // The continuation takes the key over; the record stays counted, and comes back if nothing runs.
+      this.awaiting.delete(slot);
+      return this.claimSlot(slot, id, fingerprint, now + leaseMs, waiting);
+    }
+    if (waiting) this.forget(this.awaiting, slot, waiting);
 
     // Full of live records: refuse. Evicting one would let its retry execute a second time.
     // (A response's size is known only once it exists, so the byte cap can be passed by the
@@ -119,31 +136,28 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     if (usage && (usage.records >= this.maxRecordsPerScope || usage.bytes >= this.maxBytesPerScope)) {
       return { state: 'quotaExceeded' };
     }
-
-    const token = randomUUID();
-    this.inProgress.set(slot, { scope: id.scope, fingerprint, token, expiresAt: now + leaseMs });
     if (usage) usage.records += 1;
     else this.usage.set(id.scope, { records: 1, bytes: 0 });
-    // Members written out, not `{ ...id, fingerprint, token }`: V8 (Node 20) takes a slow
-    // path for a spread followed by more members, about 2 µs, a fifth of the guard's cost.
-    const ticket = { scope: id.scope, idempotencyKey: id.idempotencyKey, fingerprint, token };
-    return { state: 'claimed', ticket };
+    return this.claimSlot(slot, id, fingerprint, now + leaseMs, undefined);
   }
 
   async complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean> {
+    return this.settle(ticket, this.completed, response, retentionMs);
+  }
+
+  async awaitInput(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean> {
+    return this.settle(ticket, this.awaiting, response, retentionMs);
+  }
+
+  async release(ticket: ClaimTicket): Promise<boolean> {
     const slot = slotOf(ticket);
-    if (this.inProgress.get(slot)?.token !== ticket.token) return false;
+    const running = this.inProgress.get(slot);
+    if (running?.token !== ticket.token) return false;
     this.inProgress.delete(slot);
-    const bytes = JSON.stringify(response).length;
-    this.bytes += bytes;
-    this.usageOf(ticket.scope).bytes += bytes;
-    this.completed.set(slot, {
-      scope: ticket.scope,
-      fingerprint: ticket.fingerprint,
-      response,
-      expiresAt: this.now() + retentionMs,
-      bytes,
-    });
+    const { resumed } = running;
+    // Back as it was, with its own expiry: nothing ran, so nothing about the key changed.
+    if (resumed && resumed.expiresAt > this.now()) this.awaiting.set(slot, resumed);
+    else this.forget(undefined, slot, running);
     return true;
   }
 
@@ -162,6 +176,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
 
   async clear(): Promise<void> {
     this.inProgress.clear();
+    this.awaiting.clear();
     this.completed.clear();
     this.usage.clear();
     this.bytes = 0;
@@ -172,24 +187,74 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     return this.usage.get(scope) ?? { records: 0, bytes: 0 };
   }
 
+  private claimSlot(
+    slot: string,
+    id: RecordId,
+    fingerprint: Fingerprint,
+    expiresAt: number,
+    resumed: StoredRecord | undefined,
+  ): Claim {
+    const token = randomUUID();
+    const bytes = resumed ? resumed.bytes : 0;
+    this.inProgress.set(slot, { scope: id.scope, fingerprint, token, expiresAt, bytes, resumed });
+    // Members written out, not `{ ...id, fingerprint, token }`: V8 (Node 20) takes a slow
+    // path for a spread followed by more members, about 2 µs, a fifth of the guard's cost.
+    const ticket = { scope: id.scope, idempotencyKey: id.idempotencyKey, fingerprint, token };
+    return { state: 'claimed', ticket };
+  }
+
+  /** Replaces a live claim with a stored response in `records` (completed or awaiting input). */
+  private settle(
+    ticket: ClaimTicket,
+    records: Map<string, StoredRecord>,
+    response: StoredResponse,
+    retentionMs: number,
+  ): boolean {
+    const slot = slotOf(ticket);
+    const running = this.inProgress.get(slot);
+    if (running?.token !== ticket.token) return false;
+    this.inProgress.delete(slot);
+    const bytes = JSON.stringify(response).length;
+    // The key may already count the bytes of the awaiting-input record it resumed.
+    this.bytes += bytes - running.bytes;
+    this.usageOf(ticket.scope).bytes += bytes - running.bytes;
+    records.set(slot, {
+      scope: ticket.scope,
+      fingerprint: ticket.fingerprint,
+      response,
+      expiresAt: this.now() + retentionMs,
+      bytes,
+    });
+    return true;
+  }
+
   /** Drop every expired record: SEP retention, after which the same key may execute again. */
   private evictExpired(now: number): void {
     this.evictExpiredFront(this.inProgress, now);
+    this.evictExpiredFront(this.awaiting, now);
     this.evictExpiredFront(this.completed, now);
   }
 
-  private evictExpiredFront(records: Map<string, InProgressRecord | CompletedRecord>, now: number): void {
+  private evictExpiredFront(records: Map<string, InProgressRecord | StoredRecord>, now: number): void {
     for (const [slot, record] of records) {
       if (record.expiresAt > now) break;
-      records.delete(slot);
-      const bytes = 'bytes' in record ? record.bytes : 0;
-      this.bytes -= bytes;
-      const usage = this.usageOf(record.scope);
-      usage.records -= 1;
-      usage.bytes -= bytes;
-      // A scope with nothing left is forgotten, so many callers cannot grow this map for good.
-      if (usage.records === 0) this.usage.delete(record.scope);
+      this.forget(records, slot, record);
     }
+  }
+
+  /** Removes a record (from `records`, if it is still there) and what it counted against the caps. */
+  private forget(
+    records: Map<string, InProgressRecord | StoredRecord> | undefined,
+    slot: string,
+    record: InProgressRecord | StoredRecord,
+  ): void {
+    records?.delete(slot);
+    this.bytes -= record.bytes;
+    const usage = this.usageOf(record.scope);
+    usage.records -= 1;
+    usage.bytes -= record.bytes;
+    // A scope with nothing left is forgotten, so many callers cannot grow this map for good.
+    if (usage.records === 0) this.usage.delete(record.scope);
   }
 
   private usageOf(scope: string): ScopeUsage {

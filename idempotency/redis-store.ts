@@ -5,7 +5,8 @@
 // script, so instances need no locks and no coordination of their own:
 //   claim    = EVAL "the record if there is one; else, within the caller's quota, my claim,
 //              with PX lease"   (1 round trip)
-//   complete = EVAL "replace it only if it is still my claim"   (1 round trip)
+//   complete = EVAL "replace it only if it is still my claim"   (1 round trip; `awaitInput`
+//              is the same script writing an awaiting-input record, `release` its undo)
 //   renew    = EVAL "extend its lease only if it is still my claim"   (only for a call still
 //              running after a third of its lease: one round trip per third)
 // A replay, a conflict and an in-progress answer cost one round trip; a first execution two.
@@ -131,11 +132,20 @@ end`;
 // It may not look it, but this is safe from races across any number of instances: Redis runs
 // one script at a time, so of N concurrent claims of one key exactly one finds it free, and the
 // others get the record that holds it, in the same round trip. The PX lease frees the key if
-// the claimant dies mid-execution. ARGV: claim value, lease, quota of records, quota of bytes.
-// Answers {'held', value}, {'quota'} or {'claimed'}.
+// the claimant dies mid-execution. A continuation takes over an awaiting-input record of its
+// own fingerprint instead: ARGV[5] is how such a record begins (the state, then the fingerprint,
+// as the JSON below writes them), empty for an opening round; the record's size stays counted.
+// ARGV: claim value, lease, quota of records, quota of bytes, awaiting-input prefix.
+// Answers {'held', value}, {'resumed', value, its expiry}, {'quota'} or {'claimed'}.
 const CLAIM_SCRIPT = `#!lua${SCOPE_INDEX}
 local held = redis.call('GET', KEYS[1])
-if held then return {'held', held} end
+if held then
+  if ARGV[5] == '' or string.sub(held, 1, #ARGV[5]) ~= ARGV[5] then return {'held', held} end
+  local expires = now_ms() + redis.call('PTTL', KEYS[1])
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  index(tonumber(ARGV[2]))
+  return {'resumed', held, expires}
+end
 local now = now_ms()
 local total = tonumber(redis.call('HGET', KEYS[3], '') or '0')
 for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
@@ -154,14 +164,36 @@ return {'claimed'}`;
 // The claim is released only by the claimant: replace the value with the completed record
 // if, and only if, it is still the exact in-progress value this claim wrote (its token is
 // unique). A claim whose lease expired, and maybe was re-claimed, changes nothing. Lua runs
-// atomically, so nothing can slip in between the GET and the SET. ARGV: claim value, completed
-// value, retention, the completed value's size.
+// atomically, so nothing can slip in between the GET and the SET. The new value's size replaces
+// whatever the key counted (an awaiting-input record it resumed). ARGV: claim value, completed
+// (or awaiting-input) value, retention, the value's size.
 const COMPLETE_SCRIPT = `#!lua${SCOPE_INDEX}
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return false end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 index(tonumber(ARGV[3]))
+local counted = tonumber(redis.call('HGET', KEYS[3], KEYS[1]) or '0')
 redis.call('HSET', KEYS[3], KEYS[1], ARGV[4])
-redis.call('HINCRBY', KEYS[3], '', ARGV[4])
+redis.call('HINCRBY', KEYS[3], '', tonumber(ARGV[4]) - counted)
+return 1`;
+
+// Nothing ran: the claimant puts back the awaiting-input record its continuation took over, with
+// its own expiry, or else removes the key and what it counted. Only while the key still holds
+// this claim's exact value. ARGV: claim value, the record to put back (or ''), its expiry.
+const RELEASE_SCRIPT = `#!lua${SCOPE_INDEX}
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] ~= '' then
+  local left = tonumber(ARGV[3]) - now_ms()
+  if left > 0 then
+    redis.call('SET', KEYS[1], ARGV[2], 'PX', left)
+    redis.call('ZADD', KEYS[2], ARGV[3], KEYS[1])
+    return 1
+  end
+end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], KEYS[1])
+local counted = tonumber(redis.call('HGET', KEYS[3], KEYS[1]) or '0')
+redis.call('HDEL', KEYS[3], KEYS[1])
+redis.call('HINCRBY', KEYS[3], '', -counted)
 return 1`;
 
 // A live claim's lease is extended by its claimant only, and only while the key still holds
@@ -210,7 +242,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   // default `maxmemory-policy noeviction`: at the limit Redis refuses writes, reported below as
   // `full` (replays too, since a claim is a write), instead of evicting a live record whose
   // retry would then execute a second time. Each caller's quota is counted in the claim itself.
-  async claim(id: RecordId, fingerprint: Fingerprint, leaseMs: number): Promise<Claim> {
+  async claim(id: RecordId, fingerprint: Fingerprint, leaseMs: number, continuation = false): Promise<Claim> {
     const lease = milliseconds(leaseMs);
     const token = randomUUID();
     let reply: unknown;
@@ -223,6 +255,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
             String(lease),
             String(this.maxRecordsPerScope),
             String(this.maxBytesPerScope),
+            continuation ? awaitingInputPrefix(fingerprint) : '',
           ],
         }),
       );
@@ -232,37 +265,39 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       // then sees `inProgress` until the lease ends, which is the safe side to err on.
       throw new StoreUnavailableError(error);
     }
-    const [answer, holder] = Array.isArray(reply) ? reply : [];
+    const [answer, holder, expiresAt] = Array.isArray(reply) ? reply : [];
     if (answer === 'claimed') return { state: 'claimed', ticket: { ...id, fingerprint, token } };
+    if (answer === 'resumed' && typeof holder === 'string' && typeof expiresAt === 'number') {
+      const resumed: Resumed = { value: holder, expiresAt };
+      return { state: 'claimed', ticket: { ...id, fingerprint, token, resumed } };
+    }
     if (answer === 'quota') return { state: 'quotaExceeded' };
     if (answer === 'held' && typeof holder === 'string') return claimOf(holder);
     throw new StoreUnavailableError(new Error(`unexpected answer to a claim: ${JSON.stringify(reply)}`));
   }
 
-  async complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean> {
-    const retention = milliseconds(retentionMs);
-    const completed = JSON.stringify({
-      state: 'completed',
-      fingerprint: ticket.fingerprint,
-      response,
-    } satisfies CompletedValue);
+  complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean> {
+    return this.settle(ticket, 'completed', response, retentionMs);
+  }
+
+  awaitInput(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean> {
+    return this.settle(ticket, 'awaitingInput', response, retentionMs);
+  }
+
+  async release(ticket: ClaimTicket): Promise<boolean> {
+    const resumed = ticket.resumed as Resumed | undefined;
     try {
-      // EVAL, not EVALSHA: one round trip always. EVALSHA needs a second one (NOSCRIPT, then
-      // EVAL) after every Redis restart or failover; Redis caches the compiled script by its
-      // SHA either way, so EVAL only costs the script's bytes on the wire.
-      // The script answers 1 when it replaced the claim, nil when the key had moved on.
-      const replaced = await this.bounded(
-        this.client.eval(COMPLETE_SCRIPT, {
+      const released = await this.bounded(
+        this.client.eval(RELEASE_SCRIPT, {
           keys: this.keysOf(ticket),
           arguments: [
             inProgressValue(ticket.fingerprint, ticket.token),
-            completed,
-            String(retention),
-            String(JSON.stringify(response).length),
+            resumed?.value ?? '',
+            String(resumed?.expiresAt ?? 0),
           ],
         }),
       );
-      return replaced !== null;
+      return released === 1;
     } catch (error) {
       throw new StoreUnavailableError(error);
     }
@@ -301,6 +336,37 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   /** Closes the client if `connect` made it; a shared client is its owner's to close. */
   async close(): Promise<void> {
     if (this.ownsClient) await closeRedis(this.client);
+  }
+
+  /** Replaces the claim with a completed or awaiting-input record, kept for `retentionMs`. */
+  private async settle(
+    ticket: ClaimTicket,
+    state: StoredValue['state'],
+    response: StoredResponse,
+    retentionMs: number,
+  ): Promise<boolean> {
+    const retention = milliseconds(retentionMs);
+    const json = JSON.stringify(response);
+    try {
+      // EVAL, not EVALSHA: one round trip always. EVALSHA needs a second one (NOSCRIPT, then
+      // EVAL) after every Redis restart or failover; Redis caches the compiled script by its
+      // SHA either way, so EVAL only costs the script's bytes on the wire.
+      // The script answers 1 when it replaced the claim, nil when the key had moved on.
+      const replaced = await this.bounded(
+        this.client.eval(COMPLETE_SCRIPT, {
+          keys: this.keysOf(ticket),
+          arguments: [
+            inProgressValue(ticket.fingerprint, ticket.token),
+            storedValue(state, ticket.fingerprint, json),
+            String(retention),
+            String(json.length),
+          ],
+        }),
+      );
+      return replaced !== null;
+    } catch (error) {
+      throw new StoreUnavailableError(error);
+    }
   }
 
   /**
@@ -351,16 +417,37 @@ interface InProgressValue {
   token: string;
 }
 
-interface CompletedValue {
-  state: 'completed';
+/** A completed record, or an awaiting-input one: a response kept under its fingerprint. */
+interface StoredValue {
+  state: 'completed' | 'awaitingInput';
   fingerprint: Fingerprint;
   response: StoredResponse;
+}
+
+/** What a continuation's claim took over: the awaiting-input record as stored, and its expiry in Redis' clock. */
+interface Resumed {
+  value: string;
+  expiresAt: number;
 }
 
 // Deterministic: `complete` rebuilds these exact bytes from its ticket to recognise its claim.
 function inProgressValue(fingerprint: Fingerprint, token: string): string {
   const value: InProgressValue = { state: 'inProgress', fingerprint, token };
   return JSON.stringify(value);
+}
+
+// Written by hand, members in this order, so the claim script can tell an awaiting-input record
+// of one fingerprint by how it begins (`awaitingInputPrefix`) without parsing it.
+function storedValue(state: StoredValue['state'], fingerprint: Fingerprint, responseJson: string): string {
+  return `${storedValuePrefix(state, fingerprint)}"response":${responseJson}}`;
+}
+
+function storedValuePrefix(state: StoredValue['state'], fingerprint: Fingerprint): string {
+  return `{"state":${JSON.stringify(state)},"fingerprint":${JSON.stringify(fingerprint)},`;
+}
+
+function awaitingInputPrefix(fingerprint: Fingerprint): string {
+  return storedValuePrefix('awaitingInput', fingerprint);
 }
 
 /** The answer for a key someone else holds. Anything unreadable fails closed. */
@@ -376,7 +463,8 @@ function claimOf(raw: string): Claim {
   if (typeof fingerprint === 'string') {
     if (state === 'inProgress') return { state: 'inProgress', fingerprint };
     const response = storedResponseOf(field(value, 'response'));
-    if (state === 'completed' && response) return { state: 'completed', fingerprint, response };
+    if ((state === 'completed' || state === 'awaitingInput') && response)
+      return { state, fingerprint, response };
   }
   throw new StoreUnavailableError(new Error(`unreadable idempotency record: ${raw.slice(0, 200)}`));
 }

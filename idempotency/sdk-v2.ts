@@ -3,8 +3,9 @@
 // v2 strips `idempotencyKey` in both protocol eras before any handler sees it, and has no public
 // pre-dispatch hook, so the guard wraps the private `tools/call` entry (`hook.ts`). v2 calls that
 // entry after it has checked the 2026-07-28 envelope and lifted it (and `inputResponses` and
-// `requestState`) out of the params; the key and `arguments` are still as sent. Both entry points,
-// `serveStdio` and `createMcpHandler`, dispatch through it.
+// `requestState`) out of the params; the key and `arguments` are still as sent, and the adapter
+// puts the lifted multi-round-trip fields back, so the guard sees a continuation as sent. Both
+// entry points, `serveStdio` and `createMcpHandler`, dispatch through it.
 //
 // The loud failure: installation throws if the entry moves, and `verifyGuardSeesKeys` (run at
 // start-up by server.ts) refuses to start, in either era, if keys stop arriving.
@@ -19,15 +20,28 @@ import {
 import { serveStdio } from '@modelcontextprotocol/server/stdio';
 import { z } from 'zod';
 import { callTool, LEGACY_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSION } from './client.js';
-import { type Caller, IDEMPOTENCY_CAPABILITY, type IdempotencyGuardOptions } from './guard.js';
-import { guardToolsCallEntry } from './hook.js';
+import { IDEMPOTENCY_CAPABILITY, type IdempotencyGuardOptions } from './guard.js';
+import { type EntryReader, guardToolsCallEntry } from './hook.js';
 import { MemoryIdempotencyStore } from './memory-store.js';
 
-/** The caller as v2 hands it to a handler: the verified token the HTTP entry passed through. */
-function callerOf(ctx: ServerContext): Caller {
-  const authInfo = ctx.http?.authInfo;
-  return authInfo ? { authInfo } : {};
-}
+const v2Entry: EntryReader<ServerContext> = {
+  /** The caller as v2 hands it to a handler: the verified token the HTTP entry passed through. */
+  callerOf(ctx) {
+    const authInfo = ctx.http?.authInfo;
+    return authInfo ? { authInfo } : {};
+  },
+  /** The params with the continuation fields v2 lifted into `ctx.mcpReq` put back. */
+  paramsOf(params, ctx) {
+    const { inputResponses } = ctx.mcpReq;
+    const requestState = ctx.mcpReq.requestState();
+    if (inputResponses === undefined && requestState === undefined) return params;
+    return {
+      ...params,
+      ...(inputResponses !== undefined && { inputResponses }),
+      ...(requestState !== undefined && { requestState }),
+    };
+  },
+};
 
 /**
  * Puts the guard in front of `server`'s `tools/call` dispatch and advertises the capability in
@@ -36,7 +50,7 @@ function callerOf(ctx: ServerContext): Caller {
  */
 export function installIdempotencyGuard(server: McpServer | Server, options: IdempotencyGuardOptions): void {
   const target = server instanceof McpServer ? server.server : server;
-  guardToolsCallEntry(target, callerOf, options);
+  guardToolsCallEntry(target, v2Entry, options);
 
   // The SDK types `tools` as { listChanged?: boolean } but merges and sends whatever object it
   // is given, which is all the SEP asks.

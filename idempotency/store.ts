@@ -1,9 +1,13 @@
 // --- The dedup store contract ---
 //
-// Small and atomic on purpose: two operations are all the guard needs, so another backend
-// (Redis here; Postgres or DynamoDB in a server of yours) can be added without touching
-// the guard. `claim` must be atomic across every process sharing the store: of N
-// concurrent claims of one (scope, key), exactly one may come back `claimed`.
+// Small and atomic on purpose: a claim, then one of three ways to settle it, are all the guard
+// needs, so another backend (Redis here; Postgres or DynamoDB in a server of yours) can be added
+// without touching the guard. `claim` must be atomic across every process sharing the store: of
+// N concurrent claims of one (scope, key), exactly one may come back `claimed`.
+//
+// A key is in one of three states: in progress (a claim whose call runs), awaiting input (a
+// multi-round-trip call answered `input_required`; the key waits for its continuation), or
+// completed (the final response, replayed to every retry).
 
 import type { Fingerprint } from './fingerprint.js';
 
@@ -32,16 +36,20 @@ export interface RecordId {
   idempotencyKey: string;
 }
 
-/** Proof of a successful claim, handed back to `complete`. */
+/** Proof of a successful claim, handed back to `complete`, `awaitInput`, `renew` or `release`. */
 export interface ClaimTicket extends RecordId {
   fingerprint: Fingerprint;
   /** Unique per claim, so a claim that outlived its lease cannot overwrite a newer one. */
   token: string;
+  /** The awaiting-input record a continuation took over, for `release` to put back (the store's own). */
+  resumed?: unknown;
 }
 
 export type Claim =
   | { state: 'claimed'; ticket: ClaimTicket }
   | { state: 'inProgress'; fingerprint: Fingerprint }
+  /** A round answered `input_required`: the key waits for its continuation, holding that answer. */
+  | { state: 'awaitingInput'; fingerprint: Fingerprint; response: StoredResponse }
   | { state: 'completed'; fingerprint: Fingerprint; response: StoredResponse }
   /** The cap is reached and nothing has expired: refuse rather than evict a live record. */
   | { state: 'full' }
@@ -51,9 +59,12 @@ export type Claim =
 export interface IdempotencyStore {
   /**
    * If no live record exists for `id`, atomically record an in-progress claim that expires
-   * after `leaseMs` and return `claimed`; otherwise return the live record untouched.
+   * after `leaseMs` and return `claimed`; otherwise return the live record untouched. One
+   * exception: a `continuation` with the same fingerprint takes over an awaiting-input record,
+   * as a claim (the record is already counted against the quota), and its ticket remembers the
+   * record for `release`.
    */
-  claim(id: RecordId, fingerprint: Fingerprint, leaseMs: number): Promise<Claim>;
+  claim(id: RecordId, fingerprint: Fingerprint, leaseMs: number, continuation?: boolean): Promise<Claim>;
   /**
    * Replace the claim with the completed response, kept for `retentionMs`. Does nothing if
    * the claim is no longer the live record (the store was cleared, or its lease expired and
@@ -62,6 +73,18 @@ export interface IdempotencyStore {
    * Resolves true when the response was recorded, false when the claim had lost its key.
    */
   complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean>;
+  /**
+   * Replace the claim with an awaiting-input record: the round answered `input_required`, and
+   * the key waits `retentionMs` for its continuation, holding that answer. Like `complete`, it
+   * does nothing if the claim had lost its key, and resolves whether it recorded.
+   */
+  awaitInput(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean>;
+  /**
+   * Undo the claim: nothing ran. The key goes back to what the claim took over (an
+   * awaiting-input record, until its own expiry), or to no record at all. Does nothing if the
+   * claim had lost its key; resolves whether it released.
+   */
+  release(ticket: ClaimTicket): Promise<boolean>;
   /**
    * Extend the claim's lease to `leaseMs` from now, if the claim still holds its key. The guard
    * renews while the call runs, so only the claim of a process that died ever expires. Resolves

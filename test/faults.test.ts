@@ -93,6 +93,9 @@ class ProviderLedger implements Ledger {
     this.total += amount;
     return this.total;
   }
+  refund(amount: number): Promise<number> {
+    return this.charge(-amount);
+  }
   async balance(): Promise<number> {
     return this.total;
   }
@@ -423,6 +426,7 @@ describe.skipIf(!redis)('a server instance that dies, or is stopped, mid-charge'
         });
         return amount;
       },
+      refund: () => Promise.reject(new Error('this test makes no refunds')),
       balance: async () => commits.length * 100,
       reset: async () => {},
     };
@@ -431,6 +435,7 @@ describe.skipIf(!redis)('a server instance that dies, or is stopped, mid-charge'
         commits.push('B');
         return commits.length * amount;
       },
+      refund: () => Promise.reject(new Error('this test makes no refunds')),
       balance: async () => commits.length * 100,
       reset: async () => {},
     };
@@ -443,6 +448,8 @@ describe.skipIf(!redis)('a server instance that dies, or is stopped, mid-charge'
       store: {
         claim: (id, fingerprint, leaseMs) => storeA.claim(id, fingerprint, leaseMs),
         complete: (ticket, response, retentionMs) => storeA.complete(ticket, response, retentionMs),
+        awaitInput: (ticket, response, retentionMs) => storeA.awaitInput(ticket, response, retentionMs),
+        release: (ticket) => storeA.release(ticket),
         renew: () => Promise.resolve(false),
         clear: () => storeA.clear(),
       },

@@ -184,6 +184,8 @@ describe('a call that outlives its lease', () => {
     const neverRenews: IdempotencyStore = {
       claim: (id, fingerprint, leaseMs) => memory.claim(id, fingerprint, leaseMs),
       complete: (ticket, response, retentionMs) => memory.complete(ticket, response, retentionMs),
+      awaitInput: (ticket, response, retentionMs) => memory.awaitInput(ticket, response, retentionMs),
+      release: (ticket) => memory.release(ticket),
       renew: () => Promise.resolve(true),
       clear: () => memory.clear(),
     };
@@ -202,6 +204,8 @@ describe('a store that cannot be reached', () => {
   const unreachable: IdempotencyStore = {
     claim: () => Promise.reject(new Error('ECONNREFUSED')),
     complete: () => Promise.reject(new Error('ECONNREFUSED')),
+    awaitInput: () => Promise.reject(new Error('ECONNREFUSED')),
+    release: () => Promise.reject(new Error('ECONNREFUSED')),
     renew: () => Promise.reject(new Error('ECONNREFUSED')),
     clear: () => Promise.resolve(),
   };
@@ -228,6 +232,8 @@ describe('a store that cannot be reached', () => {
       claim: (id, fingerprint): Promise<Claim> =>
         Promise.resolve({ state: 'claimed', ticket: { ...id, fingerprint, token: 't' } }),
       complete: () => Promise.reject(new Error('connection reset')),
+      awaitInput: () => Promise.reject(new Error('connection reset')),
+      release: () => Promise.reject(new Error('connection reset')),
       renew: () => Promise.reject(new Error('connection reset')),
       clear: () => Promise.resolve(),
     };

@@ -202,7 +202,7 @@ describe('DEMO_BEARER_TOKENS', () => {
     [
       'a scope the demo does not know',
       'alice:token-a:pay',
-      /names the scope "pay"; the scopes are charge, read, admin/,
+      /names the scope "pay"; the scopes are charge, refund, read, admin/,
     ],
     ['one token given twice', 'alice:t,bob:t', /gives the token of "bob:t" twice/],
   ])('refuses to start on %s, saying what is wrong', async (_, tokens, message) => {

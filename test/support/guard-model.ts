@@ -50,6 +50,10 @@ export class GatedLedger implements Ledger {
     return this.total;
   }
 
+  refund(amount: number): Promise<number> {
+    return this.charge(-amount);
+  }
+
   heldCalls(): number[] {
     return this.held.map((h) => h.call).sort((a, b) => a - b);
   }

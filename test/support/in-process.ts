@@ -8,7 +8,7 @@ import { createMcpHandler } from '@modelcontextprotocol/server';
 import { serveStdio } from '@modelcontextprotocol/server/stdio';
 import { MODERN_PROTOCOL_VERSION } from '../../idempotency/client.js';
 import type { DecisionEvent, IdempotencyStore } from '../../idempotency/index.js';
-import { type Era, newClient } from '../../launch.js';
+import { type AskUser, type Era, newClient } from '../../launch.js';
 import { type Ledger, MemoryLedger } from '../../ledger.js';
 import { createDemoServer } from '../../server.js';
 
@@ -27,6 +27,8 @@ export interface InProcessOptions {
    * tells concurrent charges apart that way).
    */
   entry?: 'stdio' | 'http';
+  /** The user the client asks when a tool asks a question (refund_order). */
+  askUser?: AskUser;
 }
 
 export interface InProcessConnection {
@@ -49,7 +51,7 @@ export async function connectInProcess(options: InProcessOptions): Promise<InPro
       scopeOf: scope === undefined ? undefined : () => scope,
       onDecision: (event) => decisions.push(event),
     });
-  const client = newClient(options.era ?? MODERN_PROTOCOL_VERSION);
+  const client = newClient(options.era ?? MODERN_PROTOCOL_VERSION, options.askUser);
   let close: () => Promise<void>;
   if (options.entry === 'http') {
     const handler = createMcpHandler(server);
