@@ -48,6 +48,8 @@ export interface DemoServerOptions {
   store: IdempotencyStore;
   /** Seals `refund_order`'s `requestState`; every instance that may see a continuation needs the same one. */
   requestState?: RequestStateCodec<RefundState>;
+  /** How long a key awaits a continuation: the codec's TTL (default `REQUEST_STATE_TTL_SECONDS`). */
+  awaitingInputRetentionMs?: number;
   retentionMs?: number;
   leaseMs?: number;
   scopeOf?: (caller: Caller) => string;
@@ -296,7 +298,7 @@ export function createDemoServer(options: DemoServerOptions): McpServer {
     store,
     retentionMs: options.retentionMs,
     leaseMs: options.leaseMs,
-    awaitingInputRetentionMs: REQUEST_STATE_TTL_SECONDS * 1000,
+    awaitingInputRetentionMs: options.awaitingInputRetentionMs ?? REQUEST_STATE_TTL_SECONDS * 1000,
     scopeOf: options.scopeOf,
     onDecision: options.onDecision,
   });

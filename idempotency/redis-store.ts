@@ -193,7 +193,7 @@ redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], KEYS[1])
 local counted = tonumber(redis.call('HGET', KEYS[3], KEYS[1]) or '0')
 redis.call('HDEL', KEYS[3], KEYS[1])
-redis.call('HINCRBY', KEYS[3], '', -counted)
+redis.call('HINCRBY', KEYS[3], '', 0 - counted)
 return 1`;
 
 // A live claim's lease is extended by its claimant only, and only while the key still holds

@@ -6,7 +6,7 @@
 // over real transports: a spawned stdio server, a stateless HTTP instance, and two HTTP
 // instances sharing Redis, where the continuation lands on the other instance.
 
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import type { CallToolResult, Client } from '@modelcontextprotocol/client';
 import { SdkError, SdkErrorCode } from '@modelcontextprotocol/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -26,7 +26,8 @@ import {
   resetLedger,
   startHttpInstance,
 } from '../launch.js';
-import { connectInProcess } from './support/in-process.js';
+import { refundStateCodec } from '../server.js';
+import { connectInProcess, ManualClock } from './support/in-process.js';
 import {
   REDIS_SKIP_REASON,
   startRedis,
@@ -34,6 +35,7 @@ import {
   uniqueKeyPrefix,
   waitUntil,
 } from './support/redis.js';
+import { type Answer, round } from './support/rounds.js';
 
 const REFUND = { name: 'refund_order', arguments: { orderId: 'A-1001', amount: 4200 } };
 /** Slow enough for a second continuation to arrive while the first still refunds. */
@@ -41,21 +43,6 @@ const REFUND_LATENCY_MS = 300;
 
 const YES = { confirm: { action: 'accept', content: { confirm: true } } };
 const NO = { confirm: { action: 'accept', content: { confirm: false } } };
-
-/** What one round answered: a result (maybe `input_required`) or a JSON-RPC error. */
-type Answer =
-  | { result: Record<string, unknown>; error?: undefined }
-  | { error: { code: unknown; data: unknown }; result?: undefined };
-
-/** One round, sent as given: `input_required` comes back to the test instead of being fulfilled. */
-async function round(client: Client, params: Record<string, unknown>): Promise<Answer> {
-  try {
-    const result = await client.request({ method: 'tools/call', params }, { allowInputRequired: true });
-    return { result: result as Record<string, unknown> };
-  } catch (error) {
-    return { error: { code: Reflect.get(Object(error), 'code'), data: Reflect.get(Object(error), 'data') } };
-  }
-}
 
 function opening(idempotencyKey: string, args: Record<string, unknown> = REFUND.arguments) {
   return { name: REFUND.name, arguments: args, idempotencyKey };
@@ -404,4 +391,77 @@ describe('a refund from a 2025-11-25 client, the question asked inside the call'
       await server.close();
     }
   }, 20_000);
+});
+
+// --- Hostile continuations: each refused, nothing refunded, the key as it was ---
+
+describe('hostile continuations', () => {
+  const refusal = { code: INVALID_PARAMS, data: { reason: 'invalid_request_state' } };
+
+  it("refuses alice's requestState on bob's call, same key: his key records nothing, hers still refunds", async () => {
+    const instance = await startHttpInstance([], { DEMO_BEARER_TOKENS: 'alice:token-a,bob:token-b' });
+    const [alice, bob] = await Promise.all([
+      connectHttpClient(instance.url, { token: 'token-a', askUser }),
+      connectHttpClient(instance.url, { token: 'token-b', askUser }),
+    ]);
+    try {
+      const key = randomUUID();
+      const state = requestStateOf(await round(alice, opening(key)));
+      expect((await round(bob, continuation(key, state))).error).toMatchObject(refusal);
+      // Bob's key was left free: his own opening round asks him, rather than replay an error.
+      expect((await round(bob, opening(key))).result).toMatchObject({ resultType: 'input_required' });
+      expect(refundedBy(await round(alice, continuation(key, state)))).toBe(4200);
+      expect(await balanceOf(alice)).toBe(-4200);
+    } finally {
+      await Promise.all([alice.close(), bob.close()]);
+      await instance.stop();
+    }
+  }, 30_000);
+
+  it('refuses an expired requestState; once the key stops awaiting, the refund is asked anew', async () => {
+    const clock = new ManualClock();
+    const store = new MemoryIdempotencyStore({ now: clock.now });
+    const connection = await connectInProcess({
+      store,
+      askUser,
+      requestState: refundStateCodec(randomBytes(32), 1),
+      awaitingInputRetentionMs: 1_000,
+    });
+    try {
+      const key = randomUUID();
+      const state = requestStateOf(await round(connection.client, opening(key)));
+      await new Promise((resolve) => setTimeout(resolve, 2_100)); // past the state's 1 s TTL, in whole seconds
+      expect((await round(connection.client, continuation(key, state))).error).toMatchObject(refusal);
+      expect(await connection.ledger.balance()).toBe(0);
+      clock.advance(1_000); // and past the key's wait for it
+      const fresh = requestStateOf(await round(connection.client, opening(key)));
+      expect(fresh).not.toBe(state);
+      expect(refundedBy(await round(connection.client, continuation(key, fresh)))).toBe(4200);
+      expect(connection.decisions.map((d) => d.decision)).toStrictEqual([
+        'awaitingInput',
+        'continuationRefused',
+        'awaitingInput',
+        'executed',
+      ]);
+    } finally {
+      await connection.close();
+    }
+  }, 20_000);
+
+  it('refuses a requestState of a megabyte without storing any of it', async () => {
+    const store = new MemoryIdempotencyStore();
+    const connection = await connectInProcess({ store, askUser });
+    try {
+      const key = randomUUID();
+      const question = await round(connection.client, opening(key));
+      const stored = store.usageOfScope('local');
+      const huge = `v1.${'A'.repeat(1024 * 1024)}.AAAA`;
+      expect((await round(connection.client, continuation(key, huge))).error).toMatchObject(refusal);
+      expect(store.usageOfScope('local')).toStrictEqual(stored);
+      expect(await round(connection.client, opening(key))).toStrictEqual(question);
+      expect(await connection.ledger.balance()).toBe(0);
+    } finally {
+      await connection.close();
+    }
+  });
 });

@@ -112,6 +112,46 @@ describe.each(stores)('a quota per caller, in the %s', (_, open) => {
     expect(await execute(store, bob())).toBe('claimed');
   });
 
+  it('counts a key awaiting input once, through its continuations', async () => {
+    const { store } = await open({ records: 2, bytes: 1_000_000 });
+    const waiting = alice();
+    const opening = await store.claim(waiting, 'fingerprint', LEASE_MS);
+    if (opening.state !== 'claimed') throw new Error(opening.state);
+    await store.awaitInput(opening.ticket, RESULT, LEASE_MS);
+    expect(await execute(store, alice())).toBe('claimed');
+    expect(await execute(store, alice())).toBe('quotaExceeded');
+    // At her quota, her continuation still takes over its own key; refused, it gives the key back.
+    const resumed = await store.claim(waiting, 'fingerprint', LEASE_MS, true);
+    if (resumed.state !== 'claimed') throw new Error(resumed.state);
+    expect(await store.release(resumed.ticket)).toBe(true);
+    expect((await store.claim(waiting, 'fingerprint', LEASE_MS)).state).toBe('awaitingInput');
+    expect(await execute(store, alice())).toBe('quotaExceeded');
+  });
+
+  it('frees the record of a refused continuation that had no key to resume', async () => {
+    const { store } = await open({ records: 1, bytes: 1_000_000 });
+    const claim = await store.claim(alice(), 'fingerprint', LEASE_MS, true);
+    if (claim.state !== 'claimed') throw new Error(claim.state);
+    expect(await execute(store, alice())).toBe('quotaExceeded');
+    expect(await store.release(claim.ticket)).toBe(true);
+    expect(await execute(store, alice())).toBe('claimed');
+  });
+
+  it('counts the answer that completes a resumed key instead of its question, not beside it', async () => {
+    const { store } = await open({ records: 100, bytes: 1_000 });
+    const sized: StoredResponse = { result: { content: [{ type: 'text', text: 'x'.repeat(550) }] } };
+    const waiting = alice();
+    const opening = await store.claim(waiting, 'fingerprint', LEASE_MS);
+    if (opening.state !== 'claimed') throw new Error(opening.state);
+    await store.awaitInput(opening.ticket, sized, LEASE_MS);
+    const resumed = await store.claim(waiting, 'fingerprint', LEASE_MS, true);
+    if (resumed.state !== 'claimed') throw new Error(resumed.state);
+    await store.complete(resumed.ticket, sized, RETENTION_MS);
+    // About 600 characters stored, not 1,200: she is still under her 1,000, until the next 600.
+    expect(await execute(store, alice(), sized)).toBe('claimed');
+    expect(await execute(store, alice())).toBe('quotaExceeded');
+  });
+
   it('forgets the quota with the records when the store is cleared', async () => {
     const { store } = await open({ records: 1, bytes: 1_000_000 });
     await execute(store, alice());

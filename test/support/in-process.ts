@@ -4,13 +4,13 @@
 // with the store's clock and the ledger in the test's hands.
 
 import { type Client, InMemoryTransport, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import { createMcpHandler } from '@modelcontextprotocol/server';
+import { createMcpHandler, type RequestStateCodec } from '@modelcontextprotocol/server';
 import { serveStdio } from '@modelcontextprotocol/server/stdio';
 import { MODERN_PROTOCOL_VERSION } from '../../idempotency/client.js';
 import type { DecisionEvent, IdempotencyStore } from '../../idempotency/index.js';
 import { type AskUser, type Era, newClient } from '../../launch.js';
 import { type Ledger, MemoryLedger } from '../../ledger.js';
-import { createDemoServer } from '../../server.js';
+import { createDemoServer, type RefundState } from '../../server.js';
 
 export interface InProcessOptions {
   store: IdempotencyStore;
@@ -29,6 +29,9 @@ export interface InProcessOptions {
   entry?: 'stdio' | 'http';
   /** The user the client asks when a tool asks a question (refund_order). */
   askUser?: AskUser;
+  /** The server's `requestState` codec, and how long a key awaits a continuation. */
+  requestState?: RequestStateCodec<RefundState>;
+  awaitingInputRetentionMs?: number;
 }
 
 export interface InProcessConnection {
@@ -48,6 +51,8 @@ export async function connectInProcess(options: InProcessOptions): Promise<InPro
       store: options.store,
       retentionMs: options.retentionMs,
       leaseMs: options.leaseMs,
+      requestState: options.requestState,
+      awaitingInputRetentionMs: options.awaitingInputRetentionMs,
       scopeOf: scope === undefined ? undefined : () => scope,
       onDecision: (event) => decisions.push(event),
     });
