@@ -345,6 +345,26 @@ describe.skipIf(!redis)('round trips, as Redis receives them (MONITOR)', () => {
       value: { state: 'completed', fingerprint: FINGERPRINT },
     });
   });
+
+  it('costs the same for a multi-round-trip call: each round one claim and one settling command', async () => {
+    const store = await openStore();
+    const id = newId();
+    const opening = await commandsDuring(() => store.claim(id, FINGERPRINT, LEASE_MS));
+    if (opening.value.state !== 'claimed') throw new Error(opening.value.state);
+    const asked = await commandsDuring(() => store.awaitInput(opening.value.ticket, RESULT, RETENTION_MS));
+    expect([opening.commands, asked.commands]).toStrictEqual([['EVAL'], ['EVAL']]);
+    const repeat = await commandsDuring(() => store.claim(id, FINGERPRINT, LEASE_MS));
+    expect(repeat).toMatchObject({ commands: ['EVAL'], value: { state: 'awaitingInput' } });
+    const resumed = await commandsDuring(() => store.claim(id, FINGERPRINT, LEASE_MS, true));
+    if (resumed.value.state !== 'claimed') throw new Error(resumed.value.state);
+    const released = await commandsDuring(() => store.release(resumed.value.ticket));
+    expect([resumed.commands, released.commands]).toStrictEqual([['EVAL'], ['EVAL']]);
+    const again = await store.claim(id, FINGERPRINT, LEASE_MS, true);
+    if (again.state !== 'claimed') throw new Error(again.state);
+    const completed = await commandsDuring(() => store.complete(again.ticket, RESULT, RETENTION_MS));
+    expect(completed.commands).toStrictEqual(['EVAL']);
+    expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toMatchObject({ state: 'completed' });
+  });
 });
 
 describe.skipIf(!redis)('full: at maxmemory, refuse rather than evict a live record', () => {
