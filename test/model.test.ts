@@ -43,9 +43,9 @@ describe('the guard with the memory store agrees with the reference model', () =
   // Each side of the lease and retention edges, and past both.
   const advances = [1, LEASE_MS - 1, LEASE_MS, RETENTION_MS - 1, RETENTION_MS, 2 * RETENTION_MS];
 
-  async function start(maxRecords: number): Promise<RealSystem> {
+  async function start(maxRecords: number, maxRecordsPerScope: number): Promise<RealSystem> {
     const clock = new ManualClock();
-    const store = new MemoryIdempotencyStore({ maxRecords, now: clock.now });
+    const store = new MemoryIdempotencyStore({ maxRecords, maxRecordsPerScope, now: clock.now });
     return startRealSystem({
       storeFor: () => store,
       retentionMs: RETENTION_MS,
@@ -58,22 +58,24 @@ describe('the guard with the memory store agrees with the reference model', () =
   }
 
   it(
-    `over ${MEMORY_RUNS} random programs of up to ${MAX_COMMANDS} steps, with a roomy store and a full one`,
+    `over ${MEMORY_RUNS} random programs of up to ${MAX_COMMANDS} steps: a roomy store, a full one, a quota per caller`,
     async () => {
       const before = { ...tally };
       await fc.assert(
         fc.asyncProperty(
-          fc.constantFrom(1_000, 3),
+          // A roomy store; a full one; one where each caller's quota binds first.
+          fc.constantFrom([1_000, 1_000], [3, 1_000], [1_000, 1]),
           programs(advances, MAX_COMMANDS),
-          async (maxRecords, commands) => {
+          async ([maxRecords, maxRecordsPerScope], commands) => {
             ran.memoryPrograms += 1;
             const settings: ModelSettings = {
               retentionMs: RETENTION_MS,
               leaseMs: LEASE_MS,
               maxRecords,
+              maxRecordsPerScope,
               expiry: 'lazy',
             };
-            await runProgram(settings, () => start(maxRecords), commands);
+            await runProgram(settings, () => start(maxRecords, maxRecordsPerScope), commands);
           },
         ),
         { numRuns: MEMORY_RUNS },
@@ -109,9 +111,14 @@ describe.skipIf(!redis)(
     const LEASE_MS = 300_000;
     const advances = [60_000, LEASE_MS, RETENTION_MS];
 
+    // The quota's index scores each record by its expiry: those move with the TTLs.
     const SHIFT_TTLS = `
 local d = tonumber(ARGV[1])
 for _, key in ipairs(KEYS) do
+  if redis.call('TYPE', key).ok == 'zset' then
+    local members = redis.call('ZRANGE', key, 0, -1)
+    for _, member in ipairs(members) do redis.call('ZINCRBY', key, -d, member) end
+  end
   local ttl = redis.call('PTTL', key)
   if ttl >= 0 then
     if ttl <= d then redis.call('DEL', key) else redis.call('PEXPIRE', key, ttl - d) end
@@ -119,7 +126,7 @@ for _, key in ipairs(KEYS) do
 end
 return 0`;
 
-    async function start(): Promise<RealSystem> {
+    async function start(maxRecordsPerScope: number): Promise<RealSystem> {
       if (!redis) throw new Error('unreachable: skipped without Redis');
       const admin = redis.admin;
       const prefix = uniqueKeyPrefix('model');
@@ -128,7 +135,7 @@ return 0`;
       for (const _ of CALLERS) {
         const client = await connectRedis(redis.url);
         clients.push(client);
-        stores.push(new RedisIdempotencyStore(client, { keyPrefix: prefix }));
+        stores.push(new RedisIdempotencyStore(client, { keyPrefix: prefix, maxRecordsPerScope }));
       }
       return startRealSystem({
         storeFor: (caller) => {
@@ -152,15 +159,24 @@ return 0`;
     }
 
     it(
-      `over ${REDIS_RUNS} random programs of up to ${MAX_COMMANDS} steps, each instance on its own connection`,
+      `over ${REDIS_RUNS} random programs of up to ${MAX_COMMANDS} steps, each instance on its own connection, with and without a quota`,
       async () => {
         const before = { ...tally };
         await fc.assert(
-          fc.asyncProperty(programs(advances, MAX_COMMANDS), async (commands) => {
-            ran.redisPrograms += 1;
-            const settings: ModelSettings = { retentionMs: RETENTION_MS, leaseMs: LEASE_MS, expiry: 'eager' };
-            await runProgram(settings, start, commands);
-          }),
+          fc.asyncProperty(
+            fc.constantFrom(1_000, 1),
+            programs(advances, MAX_COMMANDS),
+            async (maxRecordsPerScope, commands) => {
+              ran.redisPrograms += 1;
+              const settings: ModelSettings = {
+                retentionMs: RETENTION_MS,
+                leaseMs: LEASE_MS,
+                maxRecordsPerScope,
+                expiry: 'eager',
+              };
+              await runProgram(settings, () => start(maxRecordsPerScope), commands);
+            },
+          ),
           { numRuns: REDIS_RUNS },
         );
         report('Redis store', before);

@@ -228,6 +228,7 @@ export const tally = {
   conflict: 0,
   inProgress: 0,
   storeFull: 0,
+  quotaExceeded: 0,
   concurrentPairs: 0,
   leaseExpiredWhileRunning: 0,
   retentionExpired: 0,
@@ -249,6 +250,7 @@ function countCalls(model: GuardModel, ids: number[]): void {
       if (expectation.type === IdempotencyErrorType.conflict) tally.conflict += 1;
       if (expectation.type === IdempotencyErrorType.inProgress) tally.inProgress += 1;
       if (expectation.type === IdempotencyErrorType.storeFull) tally.storeFull += 1;
+      if (expectation.type === IdempotencyErrorType.quotaExceeded) tally.quotaExceeded += 1;
     }
   }
 }
@@ -258,6 +260,8 @@ export interface ModelSettings {
   leaseMs: number;
   /** The memory store's cap; a Redis store has none (its cap is Redis' maxmemory). */
   maxRecords?: number;
+  /** Each caller's quota of live records (SEP: servers SHOULD apply quotas to the records). */
+  maxRecordsPerScope?: number;
   /**
    * When an expired record disappears. `eager` (Redis): the moment it expires. `lazy` (the
    * memory store): at the next claim of any key, so a claim whose lease ran out while nobody
@@ -267,6 +271,7 @@ export interface ModelSettings {
 }
 
 interface ModelRecord {
+  scope: string;
   fingerprint: string;
   state: 'inProgress' | 'completed';
   owner: number;
@@ -358,7 +363,18 @@ export class GuardModel {
         idempotencyKey: key,
       };
     }
+    // The caller's own quota, after the global cap: one caller's records never refuse another's.
+    const quota = this.settings.maxRecordsPerScope;
+    if (quota !== undefined && [...this.records.values()].filter((r) => r.scope === scope).length >= quota) {
+      return {
+        kind: 'error',
+        code: INTERNAL_ERROR,
+        type: IdempotencyErrorType.quotaExceeded,
+        idempotencyKey: key,
+      };
+    }
     this.records.set(slot, {
+      scope,
       fingerprint: fingerprintOf(spec),
       state: 'inProgress',
       owner: call.id,
