@@ -161,6 +161,46 @@ describe.each(stores)('a quota per caller, in the %s', (_, open) => {
   });
 });
 
+describe('many callers, each under its quota, stay within the global caps', () => {
+  const principal = (n: number): RecordId => ({ scope: `principal:p${n}`, idempotencyKey: randomUUID() });
+
+  it('in the memory store: its record cap and byte cap bind, and nothing is left of a caller once its records expire', async () => {
+    const clock = new ManualClock();
+    const store = new MemoryIdempotencyStore({ now: clock.now, maxRecords: 50, maxBytes: 20_000 });
+    const answers = [];
+    for (let n = 0; n < 500; n++) answers.push(await execute(store, principal(n)));
+    expect(answers.indexOf('full')).toBe(50);
+    expect(answers.filter((a) => a === 'claimed')).toHaveLength(50);
+    clock.advance(LEASE_MS + RETENTION_MS);
+    const huge: StoredResponse = { result: { content: [{ type: 'text', text: 'x'.repeat(6_000) }] } };
+    const hugeAnswers = [];
+    for (let n = 0; n < 20; n++) hugeAnswers.push(await execute(store, principal(n), huge));
+    // Past 20,000 characters the next caller is refused, however far under its own quota.
+    expect(hugeAnswers.indexOf('full')).toBe(4);
+    clock.advance(LEASE_MS + RETENTION_MS);
+    expect(await execute(store, principal(0))).toBe('claimed');
+    expect(store.size).toBe(1);
+    for (let n = 1; n < 500; n++) expect(store.usageOfScope(`principal:p${n}`).records).toBe(0);
+  });
+
+  it.skipIf(!redis)('in Redis: every key a caller adds expires with its records', async () => {
+    if (!redis) return;
+    const prefix = uniqueKeyPrefix('many-callers');
+    const store = await RedisIdempotencyStore.connect(redis.url, { keyPrefix: prefix });
+    closers.push(() => store.close());
+    const SHORT_MS = 300;
+    for (let n = 0; n < 200; n++) {
+      const claim = await store.claim(principal(n), 'fingerprint', SHORT_MS);
+      if (claim.state !== 'claimed') throw new Error(claim.state);
+      await store.complete(claim.ticket, RESULT, SHORT_MS);
+    }
+    const keysUnder = async () => (await redis.admin.keys(`${prefix}*`)).length;
+    expect(await keysUnder()).toBe(600); // a record, an index and a sizes hash per caller
+    // The index and sizes keys live as long as their longest lease or retention, then go.
+    await waitUntil(async () => (await keysUnder()) === 0, 3_000);
+  });
+});
+
 describe('a quota per caller, over HTTP', () => {
   let server: HttpInstance;
   const call = (token: string, params: Record<string, unknown>) =>
