@@ -2,7 +2,7 @@
 
 import { connect, type Peer } from '../../checker/wire.js';
 import { connectHttpClient, type Era, startHttpInstance } from '../../launch.js';
-import type { Connection } from './sep-cases.js';
+import { type Connection, PEER_TIMEOUT_MS } from './sep-cases.js';
 
 export { connectHttpClient, type HttpInstance, startHttpInstance } from '../../launch.js';
 
@@ -18,7 +18,7 @@ export async function connectHttp(args: string[], era: Era): Promise<Connection>
   const peer = (token: string): Promise<Peer> =>
     connect(
       { kind: 'http', url: instance.url, headers: { authorization: `Bearer ${token}` } },
-      { era, timeoutMs: 10_000 },
+      { era, timeoutMs: PEER_TIMEOUT_MS },
     );
   const [client, alice, other, forbidden] = await Promise.all([
     connectHttpClient(instance.url, { era, token: 'token-a' }),

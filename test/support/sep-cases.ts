@@ -36,6 +36,12 @@ export type Connect = (serverArgs: string[]) => Promise<Connection>;
 
 export const SLOW_CHARGE_MS = 600;
 
+/**
+ * How long a raw peer waits for any answer. Its first request waits for a spawned server to
+ * start, which takes seconds on a loaded machine (the SDK client there waits without a limit).
+ */
+export const PEER_TIMEOUT_MS = 25_000;
+
 export async function errorFrom(call: Promise<unknown>): Promise<unknown> {
   try {
     await call;

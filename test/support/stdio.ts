@@ -3,7 +3,7 @@
 import { join } from 'node:path';
 import { connect } from '../../checker/wire.js';
 import { connectToServer, type StdioConnectOptions } from '../../launch.js';
-import type { Connection } from './sep-cases.js';
+import { type Connection, PEER_TIMEOUT_MS } from './sep-cases.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 
@@ -22,7 +22,7 @@ export async function connectStdio(
   };
   const [sdk, peer] = await Promise.all([
     connectToServer(args, { era, script }),
-    connect(command, { era: era ?? 'auto', timeoutMs: 10_000 }),
+    connect(command, { era: era ?? 'auto', timeoutMs: PEER_TIMEOUT_MS }),
   ]);
   return {
     client: sdk.client,
