@@ -5,10 +5,9 @@
 // no MUST failed, 1 when one did, 2 for a bad command line, 3 when the server could not be reached.
 
 import { parseArgs } from 'node:util';
-import { type CheckInputs, type CheckResult, RULES, Run, runChecks, type Status } from './rules.js';
+import { type CheckResult, RULES, Run, runChecks, type Status } from './rules.js';
 import {
   connect,
-  type Era,
   isObject,
   LEGACY_PROTOCOL_VERSION,
   MODERN_PROTOCOL_VERSION,
@@ -36,17 +35,7 @@ const USAGE = `Usage: npm run check -- (--command "CMD ARGS…" [--arg A]… | -
 
 class UsageError extends Error {}
 
-interface Options {
-  target: Target;
-  otherHeaders?: Record<string, string>;
-  forbiddenHeaders?: Record<string, string>;
-  era: Era | 'auto';
-  inputs: Omit<CheckInputs, 'other' | 'forbidden' | 'transport'>;
-  timeoutMs: number;
-  json: boolean;
-}
-
-function parseCommandLine(argv: string[]): Options {
+function parseCommandLine(argv: string[]) {
   const { values } = parseArgs({
     args: argv,
     strict: true,
@@ -73,12 +62,13 @@ function parseCommandLine(argv: string[]): Options {
     throw new UsageError('give exactly one of --command or --url');
   }
   if (!values.tool) throw new UsageError('--tool is required');
-  const era = values.era;
-  if (era !== 'auto' && era !== MODERN_PROTOCOL_VERSION && era !== LEGACY_PROTOCOL_VERSION) {
+  const era = ([MODERN_PROTOCOL_VERSION, LEGACY_PROTOCOL_VERSION, 'auto'] as const).find(
+    (e) => e === values.era,
+  );
+  if (!era)
     throw new UsageError(
-      `--era must be ${MODERN_PROTOCOL_VERSION}, ${LEGACY_PROTOCOL_VERSION} or auto, got "${era}"`,
+      `--era must be ${MODERN_PROTOCOL_VERSION}, ${LEGACY_PROTOCOL_VERSION} or auto, got "${values.era}"`,
     );
-  }
   const timeoutMs = Number(values['timeout-ms']);
   if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 1) {
     throw new UsageError(`--timeout-ms must be a positive integer, got "${values['timeout-ms']}"`);
@@ -125,6 +115,8 @@ function parseCommandLine(argv: string[]): Options {
   };
 }
 
+type Options = ReturnType<typeof parseCommandLine>;
+
 function headers(option: string, lines: string[]): Record<string, string> {
   const parsed: Record<string, string> = {};
   for (const line of lines) {
@@ -141,11 +133,13 @@ function jsonObject(option: string, text: string | undefined): Record<string, un
   try {
     value = JSON.parse(text);
   } catch (error) {
-    throw new UsageError(`${option} is not JSON: ${error instanceof Error ? error.message : String(error)}`);
+    throw new UsageError(`${option} is not JSON: ${messageOf(error)}`);
   }
   if (!isObject(value)) throw new UsageError(`${option} must be a JSON object, got ${text}`);
   return value;
 }
+
+const messageOf = (error: unknown) => (error instanceof Error ? error.message : String(error));
 
 // --- Output ---
 
@@ -163,7 +157,7 @@ function describeTarget(target: Target): string {
     : `HTTP: ${target.url.href}`;
 }
 
-function printTable(options: Options, peer: Peer, run: Run, results: CheckResult[]): void {
+function table(options: Options, peer: Peer, run: Run, results: CheckResult[]): string {
   const out: string[] = [];
   out.push(`SEP-3182 idempotency check of ${describeTarget(options.target)}`);
   out.push(`protocol ${peer.era}; tool ${options.inputs.tool} ${JSON.stringify(options.inputs.arguments)}`);
@@ -187,7 +181,7 @@ function printTable(options: Options, peer: Peer, run: Run, results: CheckResult
     `${count('failed')} failed (MUST), ${count('warned')} warned (SHOULD), ${count('passed')} passed, ` +
       `${count('not applicable')} not applicable, ${count('not checkable')} not checkable`,
   );
-  process.stdout.write(`${out.join('\n')}\n`);
+  return `${out.join('\n')}\n`;
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -195,7 +189,7 @@ async function main(argv: string[]): Promise<number> {
   try {
     options = parseCommandLine(argv);
   } catch (error) {
-    const message = error instanceof Error ? error.message : String(error);
+    const message = messageOf(error);
     process.stderr.write(`${message ? `error: ${message}\n` : ''}${USAGE}\n`);
     return message ? 2 : 0;
   }
@@ -204,43 +198,34 @@ async function main(argv: string[]): Promise<number> {
   try {
     const peer = await connect(target, { era, timeoutMs });
     peers.push(peer);
-    let other: Peer | undefined;
-    if (options.otherHeaders && target.kind === 'http') {
-      // The second caller speaks the era the first one found.
-      other = await connect({ ...target, headers: options.otherHeaders }, { era: peer.era, timeoutMs });
-      peers.push(other);
-    }
-    let forbidden: Peer | undefined;
-    if (options.forbiddenHeaders && target.kind === 'http') {
-      forbidden = await connect(
-        { ...target, headers: options.forbiddenHeaders },
-        { era: peer.era, timeoutMs },
-      ).catch((error: unknown) => {
-        throw new Error(`with --forbidden-header: ${error instanceof Error ? error.message : String(error)}`);
+    // The other callers are the same target with other headers, in the era the first one found.
+    const as = async (option: string, headers?: Record<string, string>) => {
+      if (!headers || target.kind !== 'http') return undefined;
+      const caller = await connect({ ...target, headers }, { era: peer.era, timeoutMs }).catch((error) => {
+        throw new Error(`with ${option}: ${messageOf(error)}`);
       });
-      peers.push(forbidden);
-    }
+      peers.push(caller);
+      return caller;
+    };
+    const other = await as('--other-header', options.otherHeaders);
+    const forbidden = await as('--forbidden-header', options.forbiddenHeaders);
     const run = new Run(peer, { ...options.inputs, other, forbidden, transport: target.kind });
     const results = await runChecks(run);
-    if (options.json) {
-      const summary = {
-        target: describeTarget(target),
-        era: peer.era,
-        capabilitiesFrom: peer.discoveredBy,
-        tool: options.inputs.tool,
-        calls: run.calls,
-        keyedCalls: run.keyedCalls,
-        checks: results,
-      };
-      process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
-    } else {
-      printTable(options, peer, run, results);
-    }
+    const summary = {
+      target: describeTarget(target),
+      era: peer.era,
+      capabilitiesFrom: peer.discoveredBy,
+      tool: options.inputs.tool,
+      calls: run.calls,
+      keyedCalls: run.keyedCalls,
+      checks: results,
+    };
+    process.stdout.write(
+      options.json ? `${JSON.stringify(summary, null, 2)}\n` : table(options, peer, run, results),
+    );
     return results.some((r) => r.status === 'failed') ? 1 : 0;
   } catch (error) {
-    process.stderr.write(
-      `could not check ${describeTarget(target)}: ${error instanceof Error ? error.message : String(error)}\n`,
-    );
+    process.stderr.write(`could not check ${describeTarget(target)}: ${messageOf(error)}\n`);
     return 3;
   } finally {
     await Promise.all(peers.map((peer) => peer.close()));

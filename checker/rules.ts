@@ -1,8 +1,10 @@
-// --- The checks: every rule of SEP-3182 a client can observe, in the order the SEP gives them ---
+// --- SEP-3182's rules, stated once: every rule a client can observe, in the order the SEP gives them ---
 //
-// Each check quotes the SEP sentence it tests and takes its severity from that sentence's keyword
+// The checker (`check.ts`) runs them against any server, and the project's own tests run them
+// against the demo server (`test/support/sep-cases.ts`): one statement of each rule, two users.
+// Each rule quotes the SEP sentence it tests and takes its severity from that sentence's keyword
 // (MUST → failure, SHOULD → warning). A check watches outcomes only: it never asks the server
-// whether it deduplicated, it sees whether a result shows a new execution. So the run starts by
+// whether it deduplicated, it sees whether a result shows a new execution. So a run starts by
 // proving that two calls without a key give different results; if they do not, a replay cannot
 // be told from a re-execution, and the checks that rest on that say so instead of guessing.
 
@@ -55,13 +57,17 @@ interface CallSpec {
   caller?: Peer;
 }
 
-type Verdict = { holds: boolean; observed: string } | { notApplicable: string } | { notCheckable: string };
-const pass = (observed: string): Verdict => ({ holds: true, observed });
-const fail = (observed: string): Verdict => ({ holds: false, observed });
-const na = (notApplicable: string): Verdict => ({ notApplicable });
-const nc = (notCheckable: string): Verdict => ({ notCheckable });
+/** What a judge concludes; the rule's severity turns a broken rule into a failure or a warning. */
+interface Verdict {
+  outcome: 'holds' | 'broken' | 'not applicable' | 'not checkable';
+  observed: string;
+}
+const pass = (observed: string): Verdict => ({ outcome: 'holds', observed });
+const fail = (observed: string): Verdict => ({ outcome: 'broken', observed });
+const na = (observed: string): Verdict => ({ outcome: 'not applicable', observed });
+const nc = (observed: string): Verdict => ({ outcome: 'not checkable', observed });
 
-/** What one run of the checker knows and has done. */
+/** What one run of the checks knows and has done. */
 export class Run {
   calls = 0;
   keyedCalls = 0;
@@ -296,7 +302,6 @@ function carries(call: Call, stored: Call): boolean {
 
 /** A slow keyed call, and the same key again while it runs. */
 const inProgress = scenario(async (run) => {
-  if (!run.inputs.slowArguments) return undefined;
   const key = randomUUID();
   const argumentsText = JSON.stringify(run.inputs.slowArguments);
   const original = run.call({ argumentsText, key });
@@ -311,7 +316,6 @@ const inProgress = scenario(async (run) => {
 function whileInProgress(judge: (o: { key: string; original: Call; duplicate: Call }) => Verdict) {
   return async (run: Run): Promise<Verdict> => {
     const observed = await inProgress(run);
-    if (!observed) return na('needs --slow-arguments (a call still running when its duplicate arrives)');
     if (observed.tooFast)
       return nc(`the original finished within ${DUPLICATE_DELAY_MS} ms, before its duplicate`);
     return judge(observed);
@@ -327,23 +331,36 @@ const renormalised = keyedPair((run) => ({
   argumentsText: write(run.inputs.arguments, { string: (s) => JSON.stringify(renormalise(s)) }),
 }));
 
-const notCheckable = (reason: string) => async () => nc(reason);
+// --- The rules, grouped and ordered as the SEP is ---
 
-// --- The checks, grouped and ordered as the SEP is ---
+/** The inputs a rule cannot do without, and what a run without them is told. */
+type Need = 'slowArguments' | 'errorArguments' | 'otherTool' | 'other' | 'forbidden';
+const NEEDS: Record<Need, (transport: CheckInputs['transport']) => string> = {
+  slowArguments: () => 'needs --slow-arguments (a call still running when its duplicate arrives)',
+  errorArguments: () => 'needs --error-arguments (arguments that make the call fail)',
+  otherTool: () => 'needs --other-tool (a second tool that is safe to call with these arguments)',
+  other: (transport) =>
+    transport === 'stdio'
+      ? 'over stdio the boundary is the local user: no second caller'
+      : "needs --other-header (a second caller's credentials)",
+  forbidden: (transport) =>
+    transport === 'stdio'
+      ? 'over stdio there are no credentials to vary'
+      : 'needs --forbidden-header (the same caller’s credentials that may not call the tool)',
+};
 
-interface Rule {
-  id: string;
-  section: string;
-  sentence: string;
-  severity: Severity;
-  judge: (run: Run) => Promise<Verdict>;
-}
+type Judged =
+  | { judge: (run: Run) => Promise<Verdict>; needs?: Need }
+  /** Why no client can observe it: such a rule is listed, never judged. */
+  | { notCheckable: string };
+
+/** A rule as written below: the SEP's words (quoted exactly; `[…]` marks an elision) and its judge. */
+type RuleSpec = { id: string; sentence: string; severity?: Severity } & Judged;
+
+export type Rule = RuleSpec & { section: string; severity: Severity };
 
 /** Severity from the sentence's keyword, unless the rule says otherwise (and why). */
-function section(
-  name: string,
-  rules: Array<Omit<Rule, 'section' | 'severity'> & { severity?: Severity }>,
-): Rule[] {
+function section(name: string, rules: RuleSpec[]): Rule[] {
   const keyword = (s: string): Severity =>
     /\bMUST\b/.test(s) ? 'failure' : /\bSHOULD\b/.test(s) ? 'warning' : 'note';
   return rules.map((rule) => ({ severity: keyword(rule.sentence), ...rule, section: name }));
@@ -373,6 +390,7 @@ export const RULES: readonly Rule[] = [
       id: 'in-progress.not-executed',
       sentence:
         'If a request bearing the same key is still executing […] the server MUST NOT begin a second execution of the tool for the duplicate request',
+      needs: 'slowArguments',
       judge: whileInProgress(({ original, duplicate }) =>
         original.kind !== 'error' && duplicate.kind !== 'error' && !same(original, duplicate)
           ? fail(`both executed: ${describe(original)}, then ${describe(duplicate)}`)
@@ -382,6 +400,7 @@ export const RULES: readonly Rule[] = [
     {
       id: 'in-progress.not-blocked',
       sentence: 'and MUST NOT block the duplicate request indefinitely waiting for the original to finish.',
+      needs: 'slowArguments',
       judge: whileInProgress(({ original, duplicate }) => {
         const took = `answered after ${ms(duplicate.sentAt, duplicate.answer.at)}`;
         const ran = ms(original.sentAt, original.answer.at);
@@ -395,6 +414,7 @@ export const RULES: readonly Rule[] = [
       id: 'in-progress.data',
       sentence:
         'the server SHOULD reject the duplicate immediately with an error indicating a request with this key is already in progress […] servers SHOULD populate `error.data` with a structured value identifying this specific failure mode (for example `{"type": "idempotency_key_in_progress", "idempotencyKey": "<the key>"}`)',
+      needs: 'slowArguments',
       judge: whileInProgress(({ key, original, duplicate }) => {
         const { type, idempotencyKey } = errorData(duplicate);
         const immediate = duplicate.answer.at < original.answer.at;
@@ -435,9 +455,8 @@ export const RULES: readonly Rule[] = [
       id: 'errors.replayed',
       sentence:
         'It MUST return the previously produced result — whether that result was a successful response or an error response — unless that result has since expired',
+      needs: 'errorArguments',
       judge: async (run) => {
-        if (!run.inputs.errorArguments)
-          return na('needs --error-arguments (arguments that make the call fail)');
         const { first, second } = await errorReplay(run);
         if (first.kind === 'success') return nc(`--error-arguments did not fail: ${describe(first)}`);
         if (!same(first, second)) return fail(`ran again: ${describe(first)}, then ${describe(second)}`);
@@ -463,10 +482,8 @@ export const RULES: readonly Rule[] = [
         'Two requests bearing the same `idempotencyKey` are equivalent if they specify the same tool name and equivalent arguments as parsed JSON values.',
       // The consequence is the conflict rule's MUST: another tool is another request.
       severity: 'failure',
-      judge: async (run) =>
-        run.inputs.otherTool
-          ? conflict(run, conflictTool)
-          : na('needs --other-tool (a second tool that is safe to call with these arguments)'),
+      needs: 'otherTool',
+      judge: (run) => conflict(run, conflictTool),
     },
     {
       id: 'conflict.data',
@@ -483,12 +500,11 @@ export const RULES: readonly Rule[] = [
           const { type, idempotencyKey } = errorData(second);
           return type !== IdempotencyErrorType.conflict || idempotencyKey !== key;
         });
-        const shown = [...new Set((wrong.length ? wrong : rejected).map((p) => describe(p.second)))].join(
-          '; ',
-        );
+        const shown = [...new Set((wrong.length ? wrong : rejected).map((p) => describe(p.second)))];
+        const observed = shown.join('; ');
         return wrong.length
-          ? fail(`${wrong.length} of ${rejected.length} rejections: ${shown}`)
-          : pass(shown);
+          ? fail(`${wrong.length} of ${rejected.length} rejections: ${observed}`)
+          : pass(observed);
       },
     },
   ]),
@@ -553,21 +569,20 @@ export const RULES: readonly Rule[] = [
       id: 'equivalence.tool-implementation',
       sentence:
         "A server that replaces a tool's implementation while a previously-recorded call remains within its retention window will still replay that call's original recorded result",
-      judge: notCheckable('a client cannot replace the tool between a call and its retry'),
+      notCheckable: 'a client cannot replace the tool between a call and its retry',
     },
   ]),
   ...section('Retention', [
     {
       id: 'retention.bounded',
       sentence: 'A server MUST retain enough state to answer a repeated key within a bounded window',
-      judge: notCheckable(
+      notCheckable:
         'the window is the server’s choice and not advertised; replay.* cover seconds, expiry means waiting it out',
-      ),
     },
     {
       id: 'retention.documented',
       sentence: 'Servers SHOULD document their retention window through server-level documentation',
-      judge: notCheckable('documentation is not on the wire'),
+      notCheckable: 'documentation is not on the wire',
     },
   ]),
   ...section('Implementation ordering is intentionally unspecified', [
@@ -575,7 +590,7 @@ export const RULES: readonly Rule[] = [
       id: 'ordering.crash',
       sentence:
         'A server that executes a side effect and crashes before persisting the corresponding idempotency record will, if retried, execute that side effect again',
-      judge: notCheckable('it would take crashing the server between the side effect and its record'),
+      notCheckable: 'it would take crashing the server between the side effect and its record',
     },
   ]),
   ...section('Relationship to the 2026-07-28 stateless core and MRTR', [
@@ -583,9 +598,8 @@ export const RULES: readonly Rule[] = [
       id: 'stateless.shared-store',
       sentence:
         "A server implementing this SEP in a horizontally-scaled, stateless deployment MUST therefore make its idempotency record store visible to every instance handling that server's traffic",
-      judge: notCheckable(
+      notCheckable:
         'a client cannot tell instances apart behind one URL; replay.* pass by luck on an unshared store',
-      ),
     },
   ]),
   ...section('Backward Compatibility', [
@@ -610,10 +624,8 @@ export const RULES: readonly Rule[] = [
       id: 'scope.per-caller',
       sentence:
         'Servers MUST scope their idempotency records to whatever authorization boundary already governs access to the underlying tool call […] so that a key is only ever matched against a prior request from the same authorized caller.',
+      needs: 'other',
       judge: async (run) => {
-        if (run.inputs.transport === 'stdio')
-          return na('over stdio the boundary is the local user: no second caller');
-        if (!run.inputs.other) return na("needs --other-header (a second caller's credentials)");
         const { distinguishable } = await baseline(run);
         const { first, second } = await otherCaller(run);
         const { type } = errorData(second);
@@ -632,10 +644,8 @@ export const RULES: readonly Rule[] = [
       id: 'authorization.at-replay',
       sentence:
         'A replayed response MUST still be subject to whatever authorization check would ordinarily govern access to it',
+      needs: 'forbidden',
       judge: async (run) => {
-        if (run.inputs.transport === 'stdio') return na('over stdio there are no credentials to vary');
-        if (!run.inputs.forbidden)
-          return na('needs --forbidden-header (the same caller’s credentials that may not call the tool)');
         const { distinguishable } = await baseline(run);
         const { fresh, original, replayed, retry } = await forbiddenReplay(run);
         if (!original)
@@ -669,29 +679,35 @@ export const RULES: readonly Rule[] = [
       id: 'security.resource-limits',
       sentence:
         'Servers SHOULD apply the same rate-limiting and resource-quota mechanisms they already apply to other server-side state (e.g., Tasks) to their idempotency records',
-      judge: notCheckable(
+      notCheckable:
         'seeing a quota means flooding the server with keys; the checker makes only the calls it needs',
-      ),
     },
   ]),
 ];
 
-/** Runs every check in the SEP's order; each scenario runs once, for whichever check needs it first. */
+/** One rule against `run`: its scenarios run now unless an earlier rule of the run made them. */
+export async function checkRule(run: Run, rule: Rule): Promise<CheckResult> {
+  const { id, section, severity, sentence } = rule;
+  const verdict = await judge(run, rule).catch((error: unknown) =>
+    nc(`the exchange failed: ${error instanceof Error ? error.message : String(error)}`),
+  );
+  const { outcome, observed } = verdict;
+  const broken = severity === 'failure' ? 'failed' : 'warned';
+  const status = outcome === 'holds' ? 'passed' : outcome === 'broken' ? broken : outcome;
+  return { id, section, severity, sentence, status, observed };
+}
+
+function judge(run: Run, rule: Rule): Promise<Verdict> {
+  if ('notCheckable' in rule) return Promise.resolve(nc(rule.notCheckable));
+  if (rule.needs && run.inputs[rule.needs] === undefined)
+    return Promise.resolve(na(NEEDS[rule.needs](run.inputs.transport)));
+  return rule.judge(run);
+}
+
+/** Every rule in the SEP's order; each scenario runs once, for whichever rule needs it first. */
 export async function runChecks(run: Run): Promise<CheckResult[]> {
   await baseline(run); // first: the other judgements lean on it
   const results: CheckResult[] = [];
-  for (const { judge, ...rule } of RULES) {
-    const verdict = await judge(run).catch((error: unknown) =>
-      nc(`the exchange failed: ${error instanceof Error ? error.message : String(error)}`),
-    );
-    results.push({ ...rule, ...statusOf(verdict, rule.severity) });
-  }
+  for (const rule of RULES) results.push(await checkRule(run, rule));
   return results;
-}
-
-function statusOf(verdict: Verdict, severity: Severity): { status: Status; observed: string } {
-  if ('notApplicable' in verdict) return { status: 'not applicable', observed: verdict.notApplicable };
-  if ('notCheckable' in verdict) return { status: 'not checkable', observed: verdict.notCheckable };
-  if (verdict.holds) return { status: 'passed', observed: verdict.observed };
-  return { status: severity === 'failure' ? 'failed' : 'warned', observed: verdict.observed };
 }

@@ -53,8 +53,6 @@ function withEnvelope(paramsText: string): string {
 
 interface Exchange {
   send(id: number, method: string, line: string, toolName?: string): Promise<Answer>;
-  /** 2025 over HTTP: the headers every request after initialize carries. */
-  negotiated?(era: Era, headers: Record<string, string>): void;
   close(): Promise<void>;
 }
 
@@ -94,7 +92,6 @@ export async function connect(target: Target, options: ConnectOptions): Promise<
     );
     const result = init.message.result;
     if (!isObject(result)) throw new Error(`initialize failed: ${init.text}`);
-    exchange.negotiated?.(LEGACY_PROTOCOL_VERSION, {});
     await exchange.send(
       0,
       'notifications/initialized',
@@ -174,20 +171,23 @@ function stdioExchange(target: Extract<Target, { kind: 'stdio' }>, { timeoutMs }
 // --- Streamable HTTP: one POST per message; the answer is JSON or a one-event SSE stream ---
 
 function httpExchange(target: Extract<Target, { kind: 'http' }>, { timeoutMs }: ConnectOptions): Exchange {
-  let eraHeaders: Record<string, string> = {};
+  const session: Record<string, string> = {};
   return {
     async send(id, method, line, toolName) {
       const headers: Record<string, string> = {
         'content-type': 'application/json',
         accept: 'application/json, text/event-stream',
         ...target.headers,
-        ...eraHeaders,
+        ...session,
       };
       if (line.includes(`"_meta":${JSON.stringify(MODERN_ENVELOPE)}`)) {
         // 2026-07-28 over HTTP: the revision's routing headers mirror the body.
         headers['mcp-protocol-version'] = MODERN_PROTOCOL_VERSION;
         headers['mcp-method'] = method;
         if (toolName !== undefined) headers['mcp-name'] = toolName;
+      } else if (method !== 'initialize') {
+        // 2025-11-25: every request after initialize names the version it negotiated.
+        headers['mcp-protocol-version'] = LEGACY_PROTOCOL_VERSION;
       }
       const response = await fetch(target.url, {
         method: 'POST',
@@ -195,8 +195,8 @@ function httpExchange(target: Extract<Target, { kind: 'http' }>, { timeoutMs }: 
         body: line,
         signal: AbortSignal.timeout(timeoutMs),
       });
-      const session = response.headers.get('mcp-session-id');
-      if (session) eraHeaders['mcp-session-id'] = session;
+      const sessionId = response.headers.get('mcp-session-id');
+      if (sessionId) session['mcp-session-id'] = sessionId;
       const body = await response.text();
       const at = performance.now();
       const challenge = response.headers.get('www-authenticate') ?? undefined;
@@ -214,9 +214,6 @@ function httpExchange(target: Extract<Target, { kind: 'http' }>, { timeoutMs }: 
       if (method === 'tools/call' && (response.status === 401 || response.status === 403))
         return { text: body, message: {}, at, http };
       throw new Error(`HTTP ${response.status} without an answer to request ${id}: ${body.slice(0, 300)}`);
-    },
-    negotiated(era, headers) {
-      eraHeaders = { ...eraHeaders, 'mcp-protocol-version': era, ...headers };
     },
     async close() {},
   };

@@ -11,7 +11,9 @@ import { connectHttp, type HttpInstance, startHttpInstance } from './support/htt
 import { describeSepCases } from './support/sep-cases.js';
 
 for (const era of ERAS) {
-  describeSepCases(`stateless Streamable HTTP, ${era} (memory store)`, (args) => connectHttp(args, era));
+  describeSepCases(`stateless Streamable HTTP, ${era} (memory store)`, (args) => connectHttp(args, era), {
+    transport: 'http',
+  });
 }
 
 const ToolResponse = z.object({

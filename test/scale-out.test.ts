@@ -31,7 +31,7 @@ describe.skipIf(!redis)('SEP cases with the Redis store', () => {
     describeSepCases(
       `stateless HTTP, ${era}, with the Redis store`,
       (args) => connectHttp([...args, ...redisArgs(uniqueKeyPrefix('sep'))], era),
-      { recordCap: false },
+      { transport: 'http', recordCap: false },
     );
   }
 });

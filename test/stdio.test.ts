@@ -2,14 +2,16 @@
 // both protocol eras; and the same cases against a server on the v1 SDK line with the v1 adapter.
 
 import { LEGACY_PROTOCOL_VERSION } from '../idempotency/client.js';
-import { connectToServer, ERAS } from '../launch.js';
+import { ERAS } from '../launch.js';
 import { describeSepCases } from './support/sep-cases.js';
+import { connectStdio } from './support/stdio.js';
 
 for (const era of ERAS) {
-  describeSepCases(`stdio, ${era}`, (args) => connectToServer(args, { era }));
+  describeSepCases(`stdio, ${era}`, (args) => connectStdio(args, { era }), { transport: 'stdio' });
 }
 
 describeSepCases(
   'stdio, a server on the v1 SDK line (@modelcontextprotocol/sdk) with the v1 adapter',
-  (args) => connectToServer(args, { era: LEGACY_PROTOCOL_VERSION, script: 'test/support/v1-server.ts' }),
+  (args) => connectStdio(args, { era: LEGACY_PROTOCOL_VERSION, script: 'test/support/v1-server.ts' }),
+  { transport: 'stdio' },
 );

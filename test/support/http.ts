@@ -1,18 +1,37 @@
-// Real server processes serving stateless Streamable HTTP on loopback, and SDK clients for them.
+// Real server processes serving stateless Streamable HTTP on loopback, and clients for them.
 
+import { connect, type Peer } from '../../checker/wire.js';
 import { connectHttpClient, type Era, startHttpInstance } from '../../launch.js';
-import type { Connection } from './sep-cases.js';
+import { type Connection, PEER_TIMEOUT_MS } from './sep-cases.js';
 
 export { connectHttpClient, type HttpInstance, startHttpInstance } from '../../launch.js';
 
-/** One server process and one client: the shape the shared SEP cases expect. */
+/** Alice may do everything with token-a and only read with token-r; bob is another caller. */
+const TOKENS = 'alice:token-a,alice:token-r:read,bob:token-b';
+
+/**
+ * One server process with bearer auth, an SDK client and raw peers for alice, and raw peers for
+ * bob and for alice's read-only token: the shape the shared SEP cases expect.
+ */
 export async function connectHttp(args: string[], era: Era): Promise<Connection> {
-  const instance = await startHttpInstance(args);
-  const connected = await connectHttpClient(instance.url, { era });
+  const instance = await startHttpInstance(args, { DEMO_BEARER_TOKENS: TOKENS });
+  const peer = (token: string): Promise<Peer> =>
+    connect(
+      { kind: 'http', url: instance.url, headers: { authorization: `Bearer ${token}` } },
+      { era, timeoutMs: PEER_TIMEOUT_MS },
+    );
+  const [client, alice, other, forbidden] = await Promise.all([
+    connectHttpClient(instance.url, { era, token: 'token-a' }),
+    peer('token-a'),
+    peer('token-b'),
+    peer('token-r'),
+  ]);
   return {
-    client: connected,
+    client,
+    peer: alice,
+    callers: { other, forbidden },
     close: async () => {
-      await connected.close();
+      await client.close();
       await instance.stop();
     },
   };

@@ -1,11 +1,17 @@
-// The SEP-3182 cases, written once and run against every transport the server speaks.
-// Each test reads as a sentence of the proposal and checks what a caller would notice:
-// the balance, the exact response, the error code and data.
+// The SEP-3182 cases, run against every transport the server speaks.
+//
+// The SEP's rules are not written here: they are the checker's (`checker/rules.ts`), each with
+// the sentence it quotes. Every rule a client can observe runs against the demo server over raw
+// JSON-RPC, as the checker runs it, and must hold; its case adds what the demo's ledger shows
+// afterwards. Then what only an SDK client sees (the stored response as the SDK hands it back,
+// the message as written, the retry helper), and the demo's own limits: no rule states those.
 
 import { randomUUID } from 'node:crypto';
 import type { CallToolResult, Client } from '@modelcontextprotocol/client';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { type CheckInputs, checkRule, RULES, Run, type Status } from '../../checker/rules.js';
+import type { Peer } from '../../checker/wire.js';
 import { callTool, callToolIdempotently, type KeyedToolCall } from '../../idempotency/client.js';
 import {
   IdempotencyErrorType,
@@ -18,13 +24,23 @@ import { balanceOf, resetLedger } from '../../launch.js';
 
 export interface Connection {
   client: Client;
+  /** The same server as raw JSON-RPC, for the shared rules (over stdio, a second process like it). */
+  peer: Peer;
+  /** Over HTTP: a second caller, and the first caller with a token that may only read. */
+  callers?: { other: Peer; forbidden: Peer };
   close(): Promise<void>;
 }
 
-/** Starts a server with these command-line options and connects a client to it. */
+/** Starts a server with these command-line options and connects to it. */
 export type Connect = (serverArgs: string[]) => Promise<Connection>;
 
 export const SLOW_CHARGE_MS = 600;
+
+/**
+ * How long a raw peer waits for any answer. Its first request waits for a spawned server to
+ * start, which takes seconds on a loaded machine (the SDK client there waits without a limit).
+ */
+export const PEER_TIMEOUT_MS = 25_000;
 
 export async function errorFrom(call: Promise<unknown>): Promise<unknown> {
   try {
@@ -33,20 +49,6 @@ export async function errorFrom(call: Promise<unknown>): Promise<unknown> {
     return error;
   }
   throw new Error('expected the call to fail, and it succeeded');
-}
-
-/**
- * What a caller got, a result or a JSON-RPC error, in a form two answers can be compared in.
- * (An unknown tool is an `isError` result on the v1 SDK line and a -32602 error on v2.)
- */
-export async function responseOf(call: Promise<CallToolResult>): Promise<unknown> {
-  try {
-    return { result: await call };
-  } catch (error) {
-    const field = (name: string): unknown =>
-      typeof error === 'object' && error !== null ? Reflect.get(error, name) : undefined;
-    return { error: { code: field('code'), message: field('message'), data: field('data') } };
-  }
 }
 
 export function textOf(result: CallToolResult): string {
@@ -59,14 +61,150 @@ const charge = (amount: unknown, idempotencyKey: string = randomUUID()): KeyedTo
   idempotencyKey,
 });
 
+// --- The shared rules, against the demo ---
+
+/**
+ * The call every rule makes unless its case says otherwise, as `checker.test.ts` gives it to the
+ * checker: two members (key order), a composed character (escapes, normalisation), which the
+ * tool's schema ignores and the guard fingerprints; a charge of 1, so the balance counts executions.
+ */
+const DEMO_CALL = {
+  tool: 'charge_guarded',
+  arguments: { amount: 1, note: 'café' },
+  errorArguments: { amount: -1 },
+  otherTool: 'charge_unguarded',
+};
+
+interface RuleCase {
+  rule: string;
+  /** What the case varies, when it runs the rule with other inputs than the demo call's. */
+  name?: string;
+  inputs?: Partial<CheckInputs>;
+  /** On the server whose charges take SLOW_CHARGE_MS, with a charge as the call that takes a while. */
+  slow?: boolean;
+  /** The ledger afterwards, when the rule holds: one per charge executed, unkeyed ones included. */
+  balance: number;
+  status?: Status;
+  /** More than the rule's verdict: what it must have seen. */
+  observed?: RegExp;
+}
+
+/** Every rule a client can observe, in the SEP's order, and what the demo's ledger shows after it. */
+const RULE_CASES: RuleCase[] = [
+  { rule: 'capability.advertised', balance: 0 },
+  { rule: 'in-progress.not-executed', slow: true, balance: 1 },
+  // At once (under 300 ms, half a charge), not merely before the original finished.
+  { rule: 'in-progress.not-blocked', slow: true, balance: 1, observed: /^answered after [1-2]?\d?\d ms,/ },
+  { rule: 'in-progress.data', slow: true, balance: 1 },
+  { rule: 'replay.not-executed', balance: 3 },
+  {
+    rule: 'replay.not-executed',
+    name: 'a tool the demo calls without a key',
+    inputs: { tool: 'charge_unguarded' },
+    balance: 3,
+  },
+  { rule: 'replay.identical', balance: 1, observed: /byte for byte but the id$/ },
+  {
+    rule: 'errors.replayed',
+    // The stored failure came back, but a schema rejection is the same every time: a replay
+    // cannot be told from a fresh rejection, and the rule says so.
+    status: 'not checkable',
+    observed: /^failures without a key are alike \(isError ".*Input validation error: Invalid argum/,
+    balance: 0,
+  },
+  {
+    rule: 'errors.replayed',
+    name: 'an unknown tool (an isError result on the v1 line, a JSON-RPC error on v2)',
+    inputs: { tool: 'refund_everything', errorArguments: {} },
+    status: 'not checkable',
+    observed: /^failures without a key are alike \(.*refund_everything not found/,
+    balance: 0,
+  },
+  { rule: 'conflict.other-arguments', balance: 1 },
+  {
+    rule: 'conflict.other-arguments',
+    // The first value it changes is `note`, which the tool never sees: compared as sent.
+    name: 'arguments that differ only where the tool schema strips them',
+    inputs: { arguments: { note: 'a', amount: 1 } },
+    balance: 1,
+  },
+  { rule: 'conflict.other-tool', balance: 1 },
+  { rule: 'conflict.data', balance: 2 },
+  { rule: 'equivalence.key-order', balance: 3 },
+  { rule: 'equivalence.whitespace', balance: 3 },
+  { rule: 'equivalence.number-spelling', balance: 3 },
+  { rule: 'equivalence.string-escapes', balance: 3 },
+  {
+    rule: 'equivalence.absent-arguments',
+    name: 'get_balance, the demo tool without arguments',
+    inputs: { tool: 'get_balance', arguments: {} },
+    // A read shows no execution, so the rule cannot call the retry's answer a replay; it fails if
+    // the retry is rejected or answered otherwise.
+    status: 'not checkable',
+    balance: 0,
+  },
+  { rule: 'equivalence.no-unicode-normalization', balance: 1 },
+  { rule: 'no-key.executes-every-time', balance: 2 },
+  { rule: 'scope.per-caller', balance: 4 },
+  // The read-only token is refused by the SDK's scope challenge, before the guard.
+  {
+    rule: 'authorization.at-replay',
+    balance: 3,
+    observed: /^refused: HTTP 403, WWW-Authenticate error="insufficient_scope"/,
+  },
+];
+
+/** The balance, read through the tool a caller would use. */
+async function balanceOver(peer: Peer): Promise<number> {
+  const answer = await peer.request('tools/call', '{"name":"get_balance","arguments":{}}', 'get_balance');
+  return z
+    .object({ result: z.object({ structuredContent: z.object({ balance: z.number() }) }) })
+    .parse(answer.message).result.structuredContent.balance;
+}
+
+function describeRules(transport: CheckInputs['transport'], fast: () => Connection, slow: () => Connection) {
+  describe("the SEP's rules, as the checker states them", () => {
+    it('has a case for every rule a client can observe, and only for those', () => {
+      const observable = RULES.filter((rule) => !('notCheckable' in rule)).map((rule) => rule.id);
+      expect([...new Set(RULE_CASES.map((c) => c.rule))]).toStrictEqual(observable);
+    });
+
+    for (const c of RULE_CASES) {
+      const rule = RULES.find(({ id }) => id === c.rule);
+      if (!rule) throw new Error(`no rule ${c.rule}`);
+      // Over stdio there is one caller, the local user, and no credentials to vary.
+      const needsCallers = 'needs' in rule && (rule.needs === 'other' || rule.needs === 'forbidden');
+      const name = `${rule.id}${c.name ? `, ${c.name}` : ''}: “${rule.sentence}”`;
+      it.skipIf(needsCallers && transport === 'stdio')(name, async () => {
+        const { peer, callers } = c.slow ? slow() : fast();
+        await peer.request('tools/call', '{"name":"reset_ledger","arguments":{}}', 'reset_ledger');
+        const inputs: CheckInputs = {
+          ...DEMO_CALL,
+          ...(c.slow && { slowArguments: DEMO_CALL.arguments }),
+          ...callers,
+          transport,
+          ...c.inputs,
+        };
+        const result = await checkRule(new Run(peer, inputs), rule);
+        expect(result).toMatchObject({
+          status: c.status ?? 'passed',
+          observed: c.observed ? expect.stringMatching(c.observed) : expect.any(String),
+        });
+        expect(await balanceOver(peer)).toBe(c.balance);
+      });
+    }
+  });
+}
+
 export interface SepCaseOptions {
+  transport: CheckInputs['transport'];
   /** The memory store's `--max-records` cap; a Redis store's cap is Redis' own `maxmemory`. */
   recordCap?: boolean;
 }
 
-export function describeSepCases(transport: string, connect: Connect, options: SepCaseOptions = {}): void {
-  const { recordCap = true } = options;
-  describe(`SEP-3182 over ${transport}`, () => {
+export function describeSepCases(name: string, connect: Connect, options: SepCaseOptions): void {
+  const { transport, recordCap = true } = options;
+  describe(`SEP-3182 over ${name}`, () => {
     let fast: Connection;
     let slow: Connection;
     beforeAll(async () => {
@@ -78,142 +216,48 @@ export function describeSepCases(transport: string, connect: Connect, options: S
     afterAll(async () => {
       await Promise.all([fast?.close(), slow?.close()]);
     });
-    beforeEach(async () => {
-      await Promise.all([resetLedger(fast.client), resetLedger(slow.client)]);
-    });
 
-    describe('a call without a key', () => {
-      it('executes every time, exactly as before the SEP', async () => {
-        const call = { name: 'charge_unguarded', arguments: { amount: 100 } };
-        const first = await callTool(fast.client, call);
-        const second = await callTool(fast.client, call);
-        expect(textOf(first)).toBe('Charged 100. New balance: 100');
-        expect(textOf(second)).toBe('Charged 100. New balance: 200');
-        expect(await balanceOf(fast.client)).toBe(200);
+    describeRules(
+      transport,
+      () => fast,
+      () => slow,
+    );
+
+    describe('through an SDK client', () => {
+      beforeEach(async () => {
+        await Promise.all([resetLedger(fast.client), resetLedger(slow.client)]);
       });
-    });
 
-    describe('a completed request retried with its key', () => {
-      it('is not executed again and gets the stored response, identical', async () => {
+      it('gets the stored response back, structured content included', async () => {
         const call = charge(100);
         const first = await callTool(fast.client, call);
-        const retry = await callTool(fast.client, call);
-        expect(retry).toStrictEqual(first);
+        expect(await callTool(fast.client, call)).toStrictEqual(first);
         expect(first.structuredContent).toStrictEqual({ charged: 100, balance: 100 });
         expect(await balanceOf(fast.client)).toBe(100);
       });
 
-      it('applies to every tool, not only the charge tools', async () => {
-        const call = { name: 'charge_unguarded', arguments: { amount: 7 }, idempotencyKey: randomUUID() };
-        await callTool(fast.client, call);
-        await callTool(fast.client, call);
-        expect(await balanceOf(fast.client)).toBe(7);
-      });
-
-      it('replays a stored tool error (invalid arguments) instead of executing again', async () => {
-        const call = charge(-5);
-        const first = await callTool(fast.client, call);
-        const retry = await callTool(fast.client, call);
-        expect(first.isError).toBe(true);
-        expect(textOf(first)).toMatch(/amount/);
-        expect(retry).toStrictEqual(first);
-        expect(await balanceOf(fast.client)).toBe(0);
-      });
-
-      it('replays the error of an unknown tool, and the server keeps serving', async () => {
-        const call = { name: 'refund_everything', arguments: {}, idempotencyKey: randomUUID() };
-        const first = await responseOf(callTool(fast.client, call));
-        const retry = await responseOf(callTool(fast.client, call));
-        expect(JSON.stringify(first)).toMatch(/refund_everything not found/);
-        expect(retry).toStrictEqual(first);
-        expect(textOf(await callTool(fast.client, charge(1)))).toBe('Charged 1. New balance: 1');
-      });
-
-      it('treats an absent arguments object as {}', async () => {
-        const idempotencyKey = randomUUID();
-        const first = await callTool(fast.client, { name: 'get_balance', idempotencyKey });
-        const retry = await callTool(fast.client, { name: 'get_balance', arguments: {}, idempotencyKey });
-        expect(retry).toStrictEqual(first);
-      });
-
-      it('treats reordered argument keys as the same request', async () => {
-        const idempotencyKey = randomUUID();
-        const call = { name: 'charge_guarded', idempotencyKey };
-        // `note` is not in the tool's schema: it takes part in equivalence all the same.
-        const first = await callTool(fast.client, { ...call, arguments: { amount: 30, note: 'a' } });
-        const retry = await callTool(fast.client, { ...call, arguments: { note: 'a', amount: 30 } });
-        expect(retry).toStrictEqual(first);
-        expect(await balanceOf(fast.client)).toBe(30);
-      });
-    });
-
-    describe('the same key with a different request', () => {
-      it('is rejected with the conflict error, and nothing executes', async () => {
-        const call = charge(100);
-        await callTool(fast.client, call);
-        const error = await errorFrom(callTool(fast.client, { ...call, arguments: { amount: 999 } }));
-        expect(idempotencyErrorOf(error)).toStrictEqual({
-          code: INVALID_PARAMS,
-          type: IdempotencyErrorType.conflict,
-          idempotencyKey: call.idempotencyKey,
-        });
-        expect(await balanceOf(fast.client)).toBe(100);
-      });
-
-      it('is a conflict when only the tool name differs', async () => {
-        const call = charge(100);
-        await callTool(fast.client, call);
-        const error = await errorFrom(callTool(fast.client, { ...call, name: 'charge_unguarded' }));
-        expect(idempotencyErrorOf(error)?.type).toBe(IdempotencyErrorType.conflict);
-        expect(await balanceOf(fast.client)).toBe(100);
-      });
-
-      it('compares the arguments as sent, not as the tool schema reshaped them', async () => {
-        const call = charge(100);
-        await callTool(fast.client, call);
-        // The schema strips `note`, so the tool would see the same input; the request differs.
-        const error = await errorFrom(
-          callTool(fast.client, { ...call, arguments: { amount: 100, note: 'x' } }),
-        );
-        expect(idempotencyErrorOf(error)?.type).toBe(IdempotencyErrorType.conflict);
-        expect(await balanceOf(fast.client)).toBe(100);
-      });
-
-      it('leaves the original record in place: the original request still replays', async () => {
+      it('after a conflict, the original request still replays: the record is left in place', async () => {
         const call = charge(100);
         const first = await callTool(fast.client, call);
         await errorFrom(callTool(fast.client, { ...call, arguments: { amount: 1 } }));
         expect(await callTool(fast.client, call)).toStrictEqual(first);
+        expect(await balanceOf(fast.client)).toBe(100);
       });
 
-      it('carries the message as the server wrote it, with no SDK prefix', async () => {
+      it('gets the conflict message as the server wrote it, with no SDK prefix', async () => {
         const call = charge(100);
         await callTool(fast.client, call);
         const error = await errorFrom(callTool(fast.client, { ...call, arguments: { amount: 2 } }));
         expect(error).toBeInstanceOf(Error);
         expect(error instanceof Error ? error.message : '').toBe(Messages.conflict);
-      });
-    });
-
-    describe('a duplicate while the original still executes', () => {
-      it('gets the in-progress error at once and never starts a second execution', async () => {
-        const call = charge(100);
-        const original = callTool(slow.client, call);
-        await new Promise((resolve) => setTimeout(resolve, SLOW_CHARGE_MS / 4));
-        const sent = performance.now();
-        const error = await errorFrom(callTool(slow.client, call));
-        const waited = performance.now() - sent;
         expect(idempotencyErrorOf(error)).toStrictEqual({
           code: INVALID_PARAMS,
-          type: IdempotencyErrorType.inProgress,
+          type: IdempotencyErrorType.conflict,
           idempotencyKey: call.idempotencyKey,
         });
-        expect(waited).toBeLessThan(SLOW_CHARGE_MS / 2);
-        expect(textOf(await original)).toBe('Charged 100. New balance: 100');
-        expect(await balanceOf(slow.client)).toBe(100);
       });
 
-      it('gets the conflict error instead when its arguments differ', async () => {
+      it('gets the conflict error, not in progress, for other arguments while the original runs', async () => {
         const call = charge(100);
         const original = callTool(slow.client, call);
         await new Promise((resolve) => setTimeout(resolve, SLOW_CHARGE_MS / 4));
@@ -223,18 +267,28 @@ export function describeSepCases(transport: string, connect: Connect, options: S
         expect(await balanceOf(slow.client)).toBe(100);
       });
 
-      it('is replayed once the original completes', async () => {
+      it('gets the stored response once the original it found in progress completes', async () => {
         const call = charge(100);
         const original = callTool(slow.client, call);
         await new Promise((resolve) => setTimeout(resolve, SLOW_CHARGE_MS / 4));
-        await errorFrom(callTool(slow.client, call));
+        const error = await errorFrom(callTool(slow.client, call));
+        expect(idempotencyErrorOf(error)).toStrictEqual({
+          code: INVALID_PARAMS,
+          type: IdempotencyErrorType.inProgress,
+          idempotencyKey: call.idempotencyKey,
+        });
         const first = await original;
+        expect(textOf(first)).toBe('Charged 100. New balance: 100');
         expect(await callTool(slow.client, call)).toStrictEqual(first);
         expect(await balanceOf(slow.client)).toBe(100);
       });
     });
 
     describe('a lost response, retried by the retry helper', () => {
+      beforeEach(async () => {
+        await Promise.all([resetLedger(fast.client), resetLedger(slow.client)]);
+      });
+
       it('charges once: timed out, then in progress, then the stored response', async () => {
         const { result, attempts } = await callToolIdempotently(
           slow.client,
@@ -268,6 +322,10 @@ export function describeSepCases(transport: string, connect: Connect, options: S
     });
 
     describe('an invalid key', () => {
+      beforeEach(async () => {
+        await resetLedger(fast.client);
+      });
+
       const badKeys: Array<[string, unknown, RegExp]> = [
         ['a number', 42, /must be a string, got a number/],
         ['null', null, /must be a string, got null/],
@@ -305,6 +363,10 @@ export function describeSepCases(transport: string, connect: Connect, options: S
     });
 
     describe('bad arguments under a key', () => {
+      beforeEach(async () => {
+        await resetLedger(fast.client);
+      });
+
       const badAmounts: Array<[string, unknown]> = [
         ['negative', -100],
         ['zero', 0],
