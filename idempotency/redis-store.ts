@@ -15,7 +15,7 @@
 // expired, so the count needs no round trip of its own and follows Redis' own expiry. Requires
 // Redis ≥ 7.0 (TIME inside a script that writes).
 
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { createClient, ErrorReply, type RedisClientType } from '@redis/client';
 import type { Fingerprint } from './fingerprint.js';
 import {
@@ -200,6 +200,10 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     options: RedisStoreOptions = {},
   ) {
     this.keyPrefix = options.keyPrefix ?? DEFAULT_REDIS_KEY_PREFIX;
+    // A brace in the prefix would be read as (part of) every key's hash tag: see `redisKeysOf`.
+    if (/[{}]/.test(this.keyPrefix)) {
+      throw new RangeError(`a Redis key prefix must not contain { or }: "${this.keyPrefix}"`);
+    }
     this.commandTimeoutMs = options.commandTimeoutMs ?? DEFAULT_REDIS_COMMAND_TIMEOUT_MS;
     this.maxRecordsPerScope = options.maxRecordsPerScope ?? DEFAULT_MAX_RECORDS_PER_SCOPE;
     this.maxBytesPerScope = options.maxBytesPerScope ?? DEFAULT_MAX_BYTES_PER_SCOPE;
@@ -316,11 +320,34 @@ export class RedisIdempotencyStore implements IdempotencyStore {
 
   /** The record's key, then its scope's index and sizes (see the scripts). */
   private keysOf(id: RecordId): [string, string, string] {
-    // JSON keeps (scope, key) pairs distinct whatever characters either contains.
-    const record = this.keyPrefix + JSON.stringify([id.scope, id.idempotencyKey]);
-    const scope = `${this.keyPrefix}scope:${JSON.stringify(id.scope)}`;
-    return [record, `${scope}:records`, `${scope}:bytes`];
+    return redisKeysOf(this.keyPrefix, id);
   }
+}
+
+// --- Key names, and why one scope's keys share a hash slot ---
+//
+// A Redis Cluster runs a script only if every key it names lives in one hash slot (else
+// CROSSSLOT), and the scripts above name a record and its scope's index and sizes. So each of
+// the three keys carries the same hash tag, right after the prefix: Redis hashes only the text
+// between a key's first `{` and the next `}`. The tag is a digest of the scope, never the
+// scope's own text, which could hold a `}` of its own and end the tag inside it: base64url has
+// no braces, so the tag is exactly those characters for every scope. A prefix may not contain
+// braces either (the constructor refuses one): a `{` in it would start the tag there instead.
+// The full scope still follows the tag, so two scopes whose digests collide only share a slot.
+// The cost: all of one caller's records live on one master. A cluster spreads callers, not
+// the keys of one caller; that is what lets a claim count the caller's quota atomically.
+
+/** Characters of the digest kept as the tag: 48 bits, plenty to spread scopes over 16384 slots. */
+const SLOT_TAG_LENGTH = 8;
+
+/** The record's key, then its scope's index and sizes: `prefix{tag}…`, one hash slot. */
+export function redisKeysOf(keyPrefix: string, id: RecordId): [string, string, string] {
+  const tag = createHash('sha256').update(id.scope).digest('base64url').slice(0, SLOT_TAG_LENGTH);
+  const tagged = `${keyPrefix}{${tag}}`;
+  // JSON keeps (scope, key) pairs distinct whatever characters either contains.
+  const record = tagged + JSON.stringify([id.scope, id.idempotencyKey]);
+  const scope = `${tagged}scope:${JSON.stringify(id.scope)}`;
+  return [record, `${scope}:records`, `${scope}:bytes`];
 }
 
 /**

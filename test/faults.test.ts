@@ -22,6 +22,7 @@ import {
   connectRedis,
   type RedisClient,
   RedisIdempotencyStore,
+  redisKeysOf,
 } from '../idempotency/redis-store.js';
 import type { Ledger } from '../ledger.js';
 import { postRaw } from './support/hostile.js';
@@ -363,7 +364,7 @@ describe.skipIf(!redis)('a server instance that dies, or is stopped, mid-charge'
     const params = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: key };
     try {
       const lost = postToolCall(a.url, params).catch(() => undefined);
-      const recordKey = `${prefix}idem:${JSON.stringify(['anonymous', key])}`;
+      const [recordKey] = redisKeysOf(`${prefix}idem:`, { scope: 'anonymous', idempotencyKey: key });
       await waitUntil(async () => (await server().admin.exists(recordKey)) === 1, 5_000, 5);
       const claimedAt = performance.now();
       const ttl = await server().admin.pTTL(recordKey);
@@ -487,7 +488,7 @@ describe.skipIf(!redis)('a server instance that dies, or is stopped, mid-charge'
     const params = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: key };
     try {
       const lost = postToolCall(a.url, params).catch(() => undefined);
-      const recordKey = `${prefix}idem:${JSON.stringify(['anonymous', key])}`;
+      const [recordKey] = redisKeysOf(`${prefix}idem:`, { scope: 'anonymous', idempotencyKey: key });
       await waitUntil(async () => (await server().admin.exists(recordKey)) === 1, 5_000, 5);
       const stopped = performance.now();
       await a.stop();

@@ -9,6 +9,7 @@ import {
   type RedisClient,
   RedisIdempotencyStore,
   type RedisStoreOptions,
+  redisKeysOf,
 } from '../idempotency/redis-store.js';
 import {
   type ClaimTicket,
@@ -89,7 +90,7 @@ afterAll(async () => {
 const newId = (scope = 'alice'): RecordId => ({ scope, idempotencyKey: randomUUID() });
 
 function keyOf(id: RecordId): string {
-  return prefix + JSON.stringify([id.scope, id.idempotencyKey]);
+  return redisKeysOf(prefix, id)[0];
 }
 
 async function claimTicket(
@@ -450,6 +451,15 @@ describe.skipIf(!redis)('clear', () => {
 
     for (const id of ids) expect((await store.claim(id, FINGERPRINT, LEASE_MS)).state).toBe('claimed');
     expect(await server().admin.exists(neighbours)).toBe(neighbours.length);
+  });
+});
+
+describe.skipIf(!redis)('key names', () => {
+  it("refuses a key prefix with a brace, which would take over every key's hash tag", async () => {
+    const client = await openClient();
+    for (const keyPrefix of ['app{x}:', 'app{:', 'app}:']) {
+      expect(() => new RedisIdempotencyStore(client, { keyPrefix })).toThrow(RangeError);
+    }
   });
 });
 
