@@ -109,6 +109,11 @@ export async function connectRedisCluster(
 ): Promise<RedisClusterType> {
   const [first] = seedUrls;
   if (first === undefined) throw new RangeError('a Redis Cluster needs at least one seed URL');
+  // The nodes node-redis discovers would be reached without TLS, whatever the seeds say (that
+  // takes `defaults.socket.tls`, and certificates this demo has no test for): refuse, loudly.
+  if (seedUrls.some((url) => url.startsWith('rediss:'))) {
+    throw new RangeError('this demo connects to a Redis Cluster without TLS: use redis:// seed URLs');
+  }
   const connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_REDIS_CONNECT_TIMEOUT_MS;
   const cluster: RedisClusterType = createCluster({
     rootNodes: seedUrls.map((url) => ({ url })),

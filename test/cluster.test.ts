@@ -222,6 +222,12 @@ describe.skipIf(!cluster)('fail closed: a master hung or down never means execut
     });
   });
 
+  it('refuses rediss:// seeds, whose TLS would not reach the nodes the client discovers', async () => {
+    await expect(RedisIdempotencyStore.connectCluster(['rediss://127.0.0.1:6379'])).rejects.toThrow(
+      RangeError,
+    );
+  });
+
   it('refuses to connect, within the connect timeout, while a master is down', async () => {
     const [down] = servers().nodes;
     if (!down) throw new Error('unreachable');
