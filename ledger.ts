@@ -4,7 +4,7 @@
 // pass a key along. Its latency is configurable so the demo can hold a charge open long
 // enough for a duplicate to arrive, or for the client to give up waiting.
 
-import type { RedisClientType } from '@redis/client';
+import type { RedisClient } from './idempotency/redis-store.js';
 
 export interface Ledger {
   /** Commits `amount` (minor units) and returns the new balance. */
@@ -44,7 +44,8 @@ export class MemoryLedger implements Ledger {
 //
 // When the dedup store is Redis, the demo runs several instances, and a charge must land in
 // one balance whichever instance ran it, or a double charge could hide in two ledgers.
-// INCRBY is atomic, so concurrent charges from any number of instances all add up.
+// INCRBY is atomic, so concurrent charges from any number of instances all add up. Every
+// command names the one key, so on a Redis Cluster it goes to whichever master holds it.
 
 /** Where the balance lives unless told otherwise. */
 export const DEFAULT_LEDGER_KEY = 'sep3182:ledger:balance';
@@ -56,7 +57,7 @@ export class RedisLedger implements Ledger {
    * @param key where the balance lives
    */
   constructor(
-    private readonly client: RedisClientType,
+    private readonly client: RedisClient,
     private readonly latencyMs = 0,
     readonly key = DEFAULT_LEDGER_KEY,
   ) {}

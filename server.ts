@@ -36,7 +36,12 @@ import {
   MemoryIdempotencyStore,
   principalScope,
 } from './idempotency/index.js';
-import { closeRedis, connectRedis, RedisIdempotencyStore } from './idempotency/redis-store.js';
+import {
+  closeRedis,
+  connectRedis,
+  connectRedisCluster,
+  RedisIdempotencyStore,
+} from './idempotency/redis-store.js';
 import { installIdempotencyGuard, verifyGuardSeesKeys } from './idempotency/sdk-v2.js';
 import { type Ledger, MemoryLedger, RedisLedger } from './ledger.js';
 import { serveStdio } from './stdio.js';
@@ -313,6 +318,8 @@ export interface ServerConfig {
   port: number;
   store: 'memory' | 'redis';
   redisUrl: string;
+  /** Seed nodes of a Redis Cluster: when set, the store and the ledger use it, not `redisUrl`. */
+  redisCluster: string[] | undefined;
   redisPrefix: string;
   chargeLatencyMs: number;
   retentionMs: number;
@@ -328,6 +335,7 @@ const USAGE = `Usage: tsx server.ts [options]
   --port N                  HTTP port (default 3000; 0 picks a free one)
   --store memory|redis      where idempotency records live (default memory)
   --redis-url URL           default $REDIS_URL, else redis://127.0.0.1:6379
+  --redis-cluster URL,URL…  a Redis Cluster instead: some of its nodes' URLs (needs --store redis)
   --redis-prefix P          prefix of every Redis key this server writes (default sep3182:)
   --charge-latency-ms N     the simulated provider takes N ms per charge (default 0)
   --retention-seconds N     how long a completed key is remembered (default ${DEFAULT_RETENTION_MS / 1000})
@@ -352,6 +360,7 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
       port: { type: 'string', default: '3000' },
       store: { type: 'string', default: 'memory' },
       'redis-url': { type: 'string', default: env.REDIS_URL ?? 'redis://127.0.0.1:6379' },
+      'redis-cluster': { type: 'string' },
       'redis-prefix': { type: 'string', default: 'sep3182:' },
       'charge-latency-ms': { type: 'string', default: '0' },
       'retention-seconds': { type: 'string', default: String(DEFAULT_RETENTION_MS / 1000) },
@@ -364,12 +373,17 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
   const store = values.store;
   if (store !== 'memory' && store !== 'redis')
     throw new Error(`--store must be memory or redis, got "${store}"`);
+  const redisCluster = values['redis-cluster']?.split(',');
+  if (redisCluster && store !== 'redis') throw new Error('--redis-cluster needs --store redis');
+  if (redisCluster?.some((url) => url === ''))
+    throw new Error(`--redis-cluster takes comma-separated URLs, got "${values['redis-cluster']}"`);
   return {
     transport: values.http ? 'http' : 'stdio',
     host: values.host,
     port: integerOption('--port', values.port, 0),
     store,
     redisUrl: values['redis-url'],
+    redisCluster,
     redisPrefix: values['redis-prefix'],
     chargeLatencyMs: integerOption('--charge-latency-ms', values['charge-latency-ms'], 0),
     retentionMs: 1000 * integerOption('--retention-seconds', values['retention-seconds'], 1),
@@ -417,9 +431,10 @@ async function openBackends(
       close: async () => {},
     };
   }
-  const client = await connectRedis(config.redisUrl, {
-    onError: (error) => log({ event: 'redis', error: String(error) }),
-  });
+  const onError = (error: unknown) => log({ event: 'redis', error: String(error) });
+  const client = config.redisCluster
+    ? await connectRedisCluster(config.redisCluster, { onError })
+    : await connectRedis(config.redisUrl, { onError });
   return {
     store: new RedisIdempotencyStore(client, {
       keyPrefix: `${config.redisPrefix}idem:`,
@@ -456,8 +471,8 @@ async function main(): Promise<void> {
     leaseMs: config.leaseMs,
     onDecision: logDecision,
   };
-  // The Redis URL may carry a password; host and port mean nothing over stdio (HTTP logs its url).
-  const { redisUrl: _url, host: _host, port: _port, ...shown } = config;
+  // Redis URLs may carry a password; host and port mean nothing over stdio (HTTP logs its url).
+  const { redisUrl: _url, redisCluster: _seeds, host: _host, port: _port, ...shown } = config;
   const closers: Array<() => Promise<void>> = [];
   let stopping: Promise<void> | undefined;
   const shutdown = () => {

@@ -15,9 +15,19 @@
 // record keys scored by expiry, and a hash of their sizes, which every claim prunes of what has
 // expired, so the count needs no round trip of its own and follows Redis' own expiry. Requires
 // Redis ≥ 7.0 (TIME inside a script that writes).
+//
+// The same store runs on one Redis or on a Redis Cluster (`connectRedisCluster`): the keys a
+// script touches share a hash slot (see `redisKeysOf`), so each script still runs on one node.
 
-import { randomUUID } from 'node:crypto';
-import { createClient, ErrorReply, type RedisClientType } from '@redis/client';
+import { createHash, randomUUID } from 'node:crypto';
+import {
+  createClient,
+  createCluster,
+  ErrorReply,
+  type RedisClientOptions,
+  type RedisClientType,
+  type RedisClusterType,
+} from '@redis/client';
 import type { Fingerprint } from './fingerprint.js';
 import {
   type Claim,
@@ -49,8 +59,11 @@ const MAX_RECONNECT_DELAY_MS = 1_000;
 /** Commands sent but unanswered before node-redis refuses more: a frozen Redis must not eat memory. */
 const MAX_PENDING_COMMANDS = 10_000;
 
-/** A node-redis client, as `connectRedis` makes it; a store and a ledger can share one. */
-export type RedisClient = RedisClientType;
+/**
+ * A node-redis client, as `connectRedis` (one Redis) or `connectRedisCluster` makes it; a store
+ * and a ledger can share one.
+ */
+export type RedisClient = RedisClientType | RedisClusterType;
 
 export interface RedisStoreOptions {
   keyPrefix?: string;
@@ -77,10 +90,47 @@ export interface RedisConnectOptions {
  * background so the same store works again as soon as Redis is back.
  * Rejects with `StoreUnavailableError` if Redis does not answer within `connectTimeoutMs`.
  */
-export async function connectRedis(url: string, options: RedisConnectOptions = {}): Promise<RedisClient> {
+export async function connectRedis(url: string, options: RedisConnectOptions = {}): Promise<RedisClientType> {
   const connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_REDIS_CONNECT_TIMEOUT_MS;
-  const client: RedisClient = createClient({
-    url,
+  const client: RedisClientType = createClient({ url, ...failClosed(connectTimeoutMs) });
+  return connected(client, options.onError, connectTimeoutMs);
+}
+
+/**
+ * The same for a Redis Cluster, from the URLs of some of its nodes (the seeds): node-redis asks
+ * them for the slot map and connects to every master. Each node connection fails closed as
+ * above, so a master that is down fails the keys it serves at once while the other masters
+ * serve theirs; a MOVED reply (a slot moved to another master) makes node-redis refresh the
+ * map and resend, and a master that comes back is used again without anyone's help. Refuses
+ * to start, like `connectRedis`, unless every master answers within `connectTimeoutMs`.
+ */
+export async function connectRedisCluster(
+  seedUrls: readonly string[],
+  options: RedisConnectOptions = {},
+): Promise<RedisClusterType> {
+  const [first] = seedUrls;
+  if (first === undefined) throw new RangeError('a Redis Cluster needs at least one seed URL');
+  // The nodes node-redis discovers would be reached without TLS, whatever the seeds say (that
+  // takes `defaults.socket.tls`, and certificates this demo has no test for): refuse, loudly.
+  if (seedUrls.some((url) => url.startsWith('rediss:'))) {
+    throw new RangeError('this demo connects to a Redis Cluster without TLS: use redis:// seed URLs');
+  }
+  const connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_REDIS_CONNECT_TIMEOUT_MS;
+  const cluster: RedisClusterType = createCluster({
+    rootNodes: seedUrls.map((url) => ({ url })),
+    // The seeds' URLs are only read to find the slot map: every node connection, the seeds'
+    // included, is made from these defaults, so the first seed's credentials go here too.
+    defaults: { ...failClosed(connectTimeoutMs), ...credentialsOf(first) },
+  });
+  // A master's connection reports its errors as 'node-error', not 'error': listened to as
+  // well, so the operator's log sees a master go down.
+  cluster.on('node-error', options.onError ?? (() => {}));
+  return connected(cluster, options.onError, connectTimeoutMs);
+}
+
+/** What makes a node-redis connection fail closed and heal by itself (see `connectRedis`). */
+function failClosed(connectTimeoutMs: number) {
+  return {
     // While disconnected, reject a command at once (ClientOfflineError) instead of parking
     // it in node-redis' offline queue until Redis returns: the guard must answer now.
     disableOfflineQueue: true,
@@ -91,18 +141,35 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
       connectTimeout: connectTimeoutMs,
       // Never give up (returning false would close the client for good): exponential
       // back-off from 50 ms to 1 s, with jitter so a fleet does not reconnect in lockstep.
-      reconnectStrategy: (retries) =>
+      reconnectStrategy: (retries: number) =>
         Math.min(50 * 2 ** retries, MAX_RECONNECT_DELAY_MS) + Math.floor(Math.random() * 100),
     },
-  });
+  } satisfies RedisClientOptions;
+}
+
+/** The user name and password in a `redis://user:password@host:port` URL, if any. */
+function credentialsOf(url: string): Pick<RedisClientOptions, 'username' | 'password'> {
+  const { username, password } = new URL(url);
+  return {
+    ...(username && { username: decodeURIComponent(username) }),
+    ...(password && { password: decodeURIComponent(password) }),
+  };
+}
+
+/** Connects `client`, or gives up after `connectTimeoutMs` (see `connectRedis`). */
+async function connected<Client extends RedisClient>(
+  client: Client,
+  onError: ((error: unknown) => void) | undefined,
+  connectTimeoutMs: number,
+): Promise<Client> {
   // node-redis emits 'error' on every failed (re)connect; an EventEmitter with no listener
   // would turn that into an uncaught exception and take the whole server down with Redis.
-  client.on('error', options.onError ?? (() => {}));
+  client.on('error', onError ?? (() => {}));
 
   // `connect()` itself retries forever while Redis is down; a server should not start
   // half-configured, so give up after `connectTimeoutMs` and stop the retries.
   try {
-    await withDeadline(client.connect(), connectTimeoutMs);
+    await withDeadline<unknown>(client.connect(), connectTimeoutMs);
   } catch (error) {
     client.destroy();
     throw new StoreUnavailableError(error);
@@ -217,21 +284,37 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     url: string,
     options: RedisStoreOptions & RedisConnectOptions = {},
   ): Promise<RedisIdempotencyStore> {
-    const store = new RedisIdempotencyStore(await connectRedis(url, options), options);
+    return RedisIdempotencyStore.owning(await connectRedis(url, options), options);
+  }
+
+  /** The same on a Redis Cluster, from the URLs of some of its nodes (see `connectRedisCluster`). */
+  static async connectCluster(
+    seedUrls: readonly string[],
+    options: RedisStoreOptions & RedisConnectOptions = {},
+  ): Promise<RedisIdempotencyStore> {
+    return RedisIdempotencyStore.owning(await connectRedisCluster(seedUrls, options), options);
+  }
+
+  private static owning(client: RedisClient, options: RedisStoreOptions): RedisIdempotencyStore {
+    const store = new RedisIdempotencyStore(client, options);
     store.ownsClient = true;
     return store;
   }
 
   /**
    * Uses a client someone else owns (to share one connection with a `RedisLedger`, say).
-   * Make it with `connectRedis`: a client with an offline queue makes callers wait for the
-   * command timeout, instead of failing at once, while Redis is down.
+   * Make it with `connectRedis` or `connectRedisCluster`: a client with an offline queue makes
+   * callers wait for the command timeout, instead of failing at once, while Redis is down.
    */
   constructor(
     private readonly client: RedisClient,
     options: RedisStoreOptions = {},
   ) {
     this.keyPrefix = options.keyPrefix ?? DEFAULT_REDIS_KEY_PREFIX;
+    // A brace in the prefix would be read as (part of) every key's hash tag: see `redisKeysOf`.
+    if (/[{}]/.test(this.keyPrefix)) {
+      throw new RangeError(`a Redis key prefix must not contain { or }: "${this.keyPrefix}"`);
+    }
     this.commandTimeoutMs = options.commandTimeoutMs ?? DEFAULT_REDIS_COMMAND_TIMEOUT_MS;
     this.maxRecordsPerScope = options.maxRecordsPerScope ?? DEFAULT_MAX_RECORDS_PER_SCOPE;
     this.maxBytesPerScope = options.maxBytesPerScope ?? DEFAULT_MAX_BYTES_PER_SCOPE;
@@ -318,16 +401,23 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     }
   }
 
-  /** Deletes this store's keys only (SCAN + UNLINK): the Redis may hold other data, so never FLUSHALL. */
+  /**
+   * Deletes this store's keys only (SCAN + UNLINK): the Redis may hold other data, so never
+   * FLUSHALL. A SCAN sees one node's keys, so on a cluster every master is scanned in turn.
+   */
   async clear(): Promise<void> {
     const match = `${escapeGlob(this.keyPrefix)}*`;
     try {
-      let cursor = '0';
-      do {
-        const page = await this.bounded(this.client.scan(cursor, { MATCH: match, COUNT: 1000 }));
-        if (page.keys.length > 0) await this.bounded(this.client.unlink(page.keys));
-        cursor = page.cursor;
-      } while (cursor !== '0');
+      for (const node of await this.bounded(this.nodes())) {
+        let cursor = '0';
+        do {
+          const page = await this.bounded(node.scan(cursor, { MATCH: match, COUNT: 1000 }));
+          // One UNLINK per key, sent together: a cluster node refuses one UNLINK of keys in
+          // different slots (CROSSSLOT), and a page holds many scopes' keys.
+          await this.bounded(Promise.all(page.keys.map((key) => node.unlink(key))));
+          cursor = page.cursor;
+        } while (cursor !== '0');
+      }
     } catch (error) {
       throw new StoreUnavailableError(error);
     }
@@ -382,11 +472,41 @@ export class RedisIdempotencyStore implements IdempotencyStore {
 
   /** The record's key, then its scope's index and sizes (see the scripts). */
   private keysOf(id: RecordId): [string, string, string] {
-    // JSON keeps (scope, key) pairs distinct whatever characters either contains.
-    const record = this.keyPrefix + JSON.stringify([id.scope, id.idempotencyKey]);
-    const scope = `${this.keyPrefix}scope:${JSON.stringify(id.scope)}`;
-    return [record, `${scope}:records`, `${scope}:bytes`];
+    return redisKeysOf(this.keyPrefix, id);
   }
+
+  /** The connections that hold the keys: the one Redis, or each master of a cluster. */
+  private async nodes(): Promise<RedisClientType[]> {
+    const client = this.client;
+    if (!('masters' in client)) return [client];
+    return Promise.all(client.masters.map((master) => client.nodeClient(master)));
+  }
+}
+
+// --- Key names, and why one scope's keys share a hash slot ---
+//
+// A Redis Cluster runs a script only if every key it names lives in one hash slot (else
+// CROSSSLOT), and the scripts above name a record and its scope's index and sizes. So each of
+// the three keys carries the same hash tag, right after the prefix: Redis hashes only the text
+// between a key's first `{` and the next `}`. The tag is a digest of the scope, never the
+// scope's own text, which could hold a `}` of its own and end the tag inside it: base64url has
+// no braces, so the tag is exactly those characters for every scope. A prefix may not contain
+// braces either (the constructor refuses one): a `{` in it would start the tag there instead.
+// The full scope still follows the tag, so two scopes whose digests collide only share a slot.
+// The cost: all of one caller's records live on one master. A cluster spreads callers, not
+// the keys of one caller; that is what lets a claim count the caller's quota atomically.
+
+/** Characters of the digest kept as the tag: 48 bits, plenty to spread scopes over 16384 slots. */
+const SLOT_TAG_LENGTH = 8;
+
+/** The record's key, then its scope's index and sizes: `prefix{tag}…`, one hash slot. */
+export function redisKeysOf(keyPrefix: string, id: RecordId): [string, string, string] {
+  const tag = createHash('sha256').update(id.scope).digest('base64url').slice(0, SLOT_TAG_LENGTH);
+  const tagged = `${keyPrefix}{${tag}}`;
+  // JSON keeps (scope, key) pairs distinct whatever characters either contains.
+  const record = tagged + JSON.stringify([id.scope, id.idempotencyKey]);
+  const scope = `${tagged}scope:${JSON.stringify(id.scope)}`;
+  return [record, `${scope}:records`, `${scope}:bytes`];
 }
 
 /**
@@ -398,7 +518,7 @@ export async function closeRedis(
   graceMs = DEFAULT_REDIS_COMMAND_TIMEOUT_MS,
 ): Promise<void> {
   try {
-    await withDeadline(client.close(), graceMs);
+    await withDeadline<unknown>(client.close(), graceMs);
   } catch {
     // Already closed, or Redis is gone and the replies with it: drop the socket below.
   } finally {

@@ -22,11 +22,13 @@ import {
   connectRedis,
   type RedisClient,
   RedisIdempotencyStore,
+  redisKeysOf,
 } from '../idempotency/redis-store.js';
 import type { Ledger } from '../ledger.js';
 import { postRaw } from './support/hostile.js';
 import { type HttpInstance, startHttpInstance } from './support/http.js';
 import { connectInProcess, type InProcessConnection } from './support/in-process.js';
+import { type Attempt, chargeEach, type Operation } from './support/keyed-stream.js';
 import { RawStdioPeer } from './support/raw-stdio.js';
 import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix, waitUntil } from './support/redis.js';
 
@@ -104,22 +106,6 @@ class ProviderLedger implements Ledger {
   }
 }
 
-/** One logical operation of the stream: its own key and its own amount, so a commit names it. */
-interface Operation {
-  amount: number;
-  idempotencyKey: string;
-  answer?: string;
-}
-
-/** One call of the stream as it was sent, and what it was answered. */
-interface Attempt {
-  amount: number;
-  sentAt: number;
-  waitedMs: number;
-  outcome: 'charged' | 'storeUnavailable' | 'inProgress';
-  code?: number;
-}
-
 /** What a keyed call over HTTP was answered, from the raw JSON-RPC body. */
 interface WireAnswer {
   at: number;
@@ -186,57 +172,13 @@ describe.skipIf(!canKillRedis)('Redis killed and restarted during a stream of ke
       idempotencyKey: randomUUID(),
     }));
     const attempts: Attempt[] = [];
-    let done = 0;
-    let next = 0;
-
-    const worker = async (w: number) => {
-      for (let op = operations[next++]; op; op = operations[next++]) {
-        for (let attempt = 0; op.answer === undefined; attempt++) {
-          if (attempt > 400) throw new Error(`operation ${op.amount} never got an answer`);
-          const instance = instances[(w + attempt) % instances.length];
-          if (!instance) throw new Error('unreachable');
-          const sentAt = performance.now();
-          try {
-            const result = await callTool(instance.client, {
-              name: 'charge_guarded',
-              arguments: { amount: op.amount },
-              idempotencyKey: op.idempotencyKey,
-            });
-            op.answer = JSON.stringify(result.structuredContent);
-            attempts.push({
-              amount: op.amount,
-              sentAt,
-              waitedMs: performance.now() - sentAt,
-              outcome: 'charged',
-            });
-            done += 1;
-          } catch (error) {
-            const sep = idempotencyErrorOf(error);
-            if (
-              sep?.type !== IdempotencyErrorType.storeUnavailable &&
-              sep?.type !== IdempotencyErrorType.inProgress
-            ) {
-              throw error;
-            }
-            const outcome =
-              sep.type === IdempotencyErrorType.storeUnavailable ? 'storeUnavailable' : 'inProgress';
-            attempts.push({
-              amount: op.amount,
-              sentAt,
-              waitedMs: performance.now() - sentAt,
-              outcome,
-              code: sep.code,
-            });
-            // Nothing happened: the same key, a little later, on another instance.
-            await sleep(50);
-          }
-        }
-      }
-    };
+    const queue = [...operations];
+    const done = () => attempts.filter((a) => a.outcome === 'charged').length;
 
     try {
-      const workers = Array.from({ length: WORKERS }, (_, w) => worker(w));
-      await waitUntil(async () => done >= OPERATIONS / 4, 20_000);
+      const callers = instances.map((i) => i.client);
+      const workers = Array.from({ length: WORKERS }, (_, w) => chargeEach(queue, callers, w, attempts));
+      await waitUntil(async () => done() >= OPERATIONS / 4, 20_000);
       await server().kill();
       const killedAt = performance.now();
       const chargesAtKill = ledger.commits.length;
@@ -247,7 +189,7 @@ describe.skipIf(!canKillRedis)('Redis killed and restarted during a stream of ke
       await Promise.race([
         Promise.all(workers),
         sleep(30_000).then(() => {
-          throw new Error(`stream did not finish: ${done} of ${OPERATIONS} answered`);
+          throw new Error(`stream did not finish: ${done()} of ${OPERATIONS} answered`);
         }),
       ]);
 
@@ -366,7 +308,7 @@ describe.skipIf(!redis)('a server instance that dies, or is stopped, mid-charge'
     const params = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: key };
     try {
       const lost = postToolCall(a.url, params).catch(() => undefined);
-      const recordKey = `${prefix}idem:${JSON.stringify(['anonymous', key])}`;
+      const [recordKey] = redisKeysOf(`${prefix}idem:`, { scope: 'anonymous', idempotencyKey: key });
       await waitUntil(async () => (await server().admin.exists(recordKey)) === 1, 5_000, 5);
       const claimedAt = performance.now();
       const ttl = await server().admin.pTTL(recordKey);
@@ -494,7 +436,7 @@ describe.skipIf(!redis)('a server instance that dies, or is stopped, mid-charge'
     const params = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: key };
     try {
       const lost = postToolCall(a.url, params).catch(() => undefined);
-      const recordKey = `${prefix}idem:${JSON.stringify(['anonymous', key])}`;
+      const [recordKey] = redisKeysOf(`${prefix}idem:`, { scope: 'anonymous', idempotencyKey: key });
       await waitUntil(async () => (await server().admin.exists(recordKey)) === 1, 5_000, 5);
       const stopped = performance.now();
       await a.stop();

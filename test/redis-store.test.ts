@@ -9,6 +9,7 @@ import {
   type RedisClient,
   RedisIdempotencyStore,
   type RedisStoreOptions,
+  redisKeysOf,
 } from '../idempotency/redis-store.js';
 import {
   type ClaimTicket,
@@ -18,6 +19,7 @@ import {
 } from '../idempotency/store.js';
 import { RedisLedger } from '../ledger.js';
 import {
+  commandsDuring as commandsDuringOn,
   REDIS_SKIP_REASON,
   startRedis,
   type TestRedis,
@@ -89,7 +91,7 @@ afterAll(async () => {
 const newId = (scope = 'alice'): RecordId => ({ scope, idempotencyKey: randomUUID() });
 
 function keyOf(id: RecordId): string {
-  return prefix + JSON.stringify([id.scope, id.idempotencyKey]);
+  return redisKeysOf(prefix, id)[0];
 }
 
 async function claimTicket(
@@ -475,6 +477,15 @@ describe.skipIf(!redis)('clear', () => {
   });
 });
 
+describe.skipIf(!redis)('key names', () => {
+  it("refuses a key prefix with a brace, which would take over every key's hash tag", async () => {
+    const client = await openClient();
+    for (const keyPrefix of ['app{x}:', 'app{:', 'app}:']) {
+      expect(() => new RedisIdempotencyStore(client, { keyPrefix })).toThrow(RangeError);
+    }
+  });
+});
+
 describe.skipIf(!redis)('RedisLedger: one balance for every server instance', () => {
   it('adds up charges made through two instances, each on its own connection', async () => {
     const key = `${prefix}ledger:${randomUUID()}`;
@@ -515,33 +526,9 @@ describe.skipIf(!redis)('RedisLedger: one balance for every server instance', ()
   });
 });
 
-/**
- * The commands Redis received from clients, touching this file's keys, while `action` ran:
- * one per round trip. MONITOR rather than INFO commandstats, which also counts the commands
- * a Lua script runs inside its single round trip, and every other client of a shared server.
- */
-async function commandsDuring<T>(action: () => Promise<T>): Promise<{ commands: string[]; value: T }> {
-  const monitor = server().admin.duplicate();
-  monitor.on('error', () => {});
-  await monitor.connect();
-  // e.g. 1700000000.123456 [0 127.0.0.1:46672] "SET" "sep3182-test:…" …; `[0 lua]` inside a script
-  const lines: string[] = [];
-  await monitor.monitor((line) => lines.push(line));
-  const marker = `${prefix}marker:${randomUUID()}`;
-  let value: T;
-  try {
-    value = await action();
-    // MONITOR streams behind the commands; once a later marker shows, all of the action's have.
-    await server().admin.exists(marker);
-    await waitUntil(async () => lines.some((line) => line.includes(marker)));
-  } finally {
-    monitor.destroy();
-  }
-  const commands = lines.flatMap((line) => {
-    const [, source, command] = /^\S+ \[\d+ ([^\]]+)\] "([^"]+)"/.exec(line) ?? [];
-    return source !== 'lua' && command && line.includes(prefix) && !line.includes(marker) ? [command] : [];
-  });
-  return { commands, value };
+/** The commands this file's Redis received, naming this file's keys, while `action` ran. */
+function commandsDuring<T>(action: () => Promise<T>) {
+  return commandsDuringOn([server().admin], prefix, action);
 }
 
 async function expectUnavailableWithin(ms: number, action: () => Promise<unknown>): Promise<void> {

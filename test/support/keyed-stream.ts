@@ -1,0 +1,73 @@
+// A stream of keyed charges, each retried until it is answered with its charge: what a
+// well-behaved client does while part of the system is down. The fault tests run one while
+// they kill Redis (or one master of a cluster), then check that nothing was charged twice.
+
+import type { Client } from '@modelcontextprotocol/client';
+import { callTool } from '../../idempotency/client.js';
+import { IdempotencyErrorType, idempotencyErrorOf } from '../../idempotency/index.js';
+
+/** One logical operation of the stream: its own key and its own amount, so a charge names it. */
+export interface Operation {
+  amount: number;
+  idempotencyKey: string;
+  answer?: string;
+}
+
+/** One call of the stream as it was sent, and what it was answered. */
+export interface Attempt<Op extends Operation = Operation> {
+  operation: Op;
+  sentAt: number;
+  waitedMs: number;
+  outcome: 'charged' | 'storeUnavailable' | 'inProgress';
+  code?: number;
+}
+
+/** How long a caller waits before it retries a call refused with "nothing happened, retry later". */
+const RETRY_AFTER_MS = 50;
+
+/** Enough retries to outlast any outage a test makes; past them the stream fails, loudly. */
+const MAX_ATTEMPTS = 400;
+
+/**
+ * A worker of the stream: takes operations from `queue` (shared with the other workers) until
+ * it is empty, and calls `charge_guarded` for each until it is answered with its charge. After
+ * "nothing happened, retry later" (store unavailable, in progress) it sends the same key a
+ * little later to the next of `clients`, starting at `first`; any other error fails the stream.
+ * Every call is added to `attempts`.
+ */
+export async function chargeEach<Op extends Operation>(
+  queue: Op[],
+  clients: readonly Client[],
+  first: number,
+  attempts: Attempt<Op>[],
+): Promise<void> {
+  for (let operation = queue.shift(); operation; operation = queue.shift()) {
+    for (let attempt = 0; operation.answer === undefined; attempt++) {
+      if (attempt === MAX_ATTEMPTS) throw new Error(`operation ${operation.amount} never got an answer`);
+      const client = clients[(first + attempt) % clients.length];
+      if (!client) throw new Error('no client to call');
+      const sentAt = performance.now();
+      try {
+        const result = await callTool(client, {
+          name: 'charge_guarded',
+          arguments: { amount: operation.amount },
+          idempotencyKey: operation.idempotencyKey,
+        });
+        operation.answer = JSON.stringify(result.structuredContent);
+        attempts.push({ operation, sentAt, waitedMs: performance.now() - sentAt, outcome: 'charged' });
+      } catch (error) {
+        const sep = idempotencyErrorOf(error);
+        if (
+          sep?.type !== IdempotencyErrorType.storeUnavailable &&
+          sep?.type !== IdempotencyErrorType.inProgress
+        ) {
+          throw error;
+        }
+        const outcome =
+          sep.type === IdempotencyErrorType.storeUnavailable ? 'storeUnavailable' : 'inProgress';
+        attempts.push({ operation, sentAt, waitedMs: performance.now() - sentAt, outcome, code: sep.code });
+        await new Promise((resolve) => setTimeout(resolve, RETRY_AFTER_MS));
+      }
+    }
+  }
+}

@@ -1,0 +1,129 @@
+// Two stateless HTTP instances sharing one Redis store, written once and run against one
+// Redis and against a Redis Cluster: a client whose retry lands on whichever instance the load
+// balancer picks. The SEP's MUST for such deployments is a shared store; this is what it buys.
+
+import { randomUUID } from 'node:crypto';
+import type { Client } from '@modelcontextprotocol/client';
+import type { RedisClientType } from '@redis/client';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { callTool } from '../../idempotency/client.js';
+import { IdempotencyErrorType, idempotencyErrorOf } from '../../idempotency/index.js';
+import { balanceOf, resetLedger } from '../../launch.js';
+import { connectHttpClient, type HttpInstance, startHttpInstance } from './http.js';
+import { commandsDuring, uniqueKeyPrefix } from './redis.js';
+import { textOf } from './sep-cases.js';
+
+/** Where the instances keep their records and their ledger. */
+export interface SharedRedis {
+  /** The server options that point an instance at it, every key under `prefix`. */
+  args(prefix: string): string[];
+  /** An admin connection to each node that holds keys (the one Redis, or every master). */
+  admins(): RedisClientType[];
+}
+
+const CHARGE_MS = 400;
+
+/** Skipped, as the file's other Redis tests are, when `redis` is undefined. */
+export function describeTwoInstances(where: string, redis: SharedRedis | undefined): void {
+  describe.skipIf(!redis)(`two instances sharing ${where}`, () => {
+    const shared = () => {
+      if (!redis) throw new Error('unreachable: skipped without Redis');
+      return redis;
+    };
+    const tokens = { alice: 'token-a', bob: 'token-b' };
+    const prefix = uniqueKeyPrefix('scale');
+    let a: HttpInstance;
+    let b: HttpInstance;
+    let clients: Client[] = [];
+    const connect = async (instance: HttpInstance, token: string) => {
+      const client = await connectHttpClient(instance.url, { token });
+      clients.push(client);
+      return client;
+    };
+
+    beforeAll(async () => {
+      const env = { DEMO_BEARER_TOKENS: `alice:${tokens.alice},bob:${tokens.bob}` };
+      const args = [...shared().args(prefix), '--charge-latency-ms', String(CHARGE_MS)];
+      [a, b] = await Promise.all([startHttpInstance(args, env), startHttpInstance(args, env)]);
+    });
+    afterAll(async () => {
+      await Promise.all(clients.map((c) => c.close()));
+      await Promise.all([a?.stop(), b?.stop()]);
+      clients = [];
+    });
+    beforeEach(async () => {
+      await resetLedger(await connect(a, tokens.alice));
+    });
+
+    const executions = (key: string) =>
+      [...a.decisions(), ...b.decisions()].filter(
+        (d) => d.idempotencyKey === key && d.decision === 'executed',
+      ).length;
+
+    it('replays on instance B the response instance A recorded', async () => {
+      const call = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: randomUUID() };
+      const first = await callTool(await connect(a, tokens.alice), call);
+      const retry = await callTool(await connect(b, tokens.alice), call);
+      expect(retry).toStrictEqual(first);
+      expect(executions(call.idempotencyKey)).toBe(1);
+      expect(await balanceOf(await connect(b, tokens.alice))).toBe(100);
+    });
+
+    it('spends two round trips on the store for a first execution, one for the replay on the other instance, all on one node', async () => {
+      const [viaA, viaB] = [await connect(a, tokens.alice), await connect(b, tokens.alice)];
+      const call = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: randomUUID() };
+      const guardCommands = (action: () => Promise<unknown>) =>
+        commandsDuring(shared().admins(), `${prefix}idem:`, action);
+
+      const first = await guardCommands(() => callTool(viaA, call));
+      const replay = await guardCommands(() => callTool(viaB, call));
+
+      // claim and complete, then one claim that finds the record: each an EVAL, on the node of
+      // alice's scope, and nothing on any other node.
+      expect(first.commands).toStrictEqual(['EVAL', 'EVAL']);
+      expect(replay.commands).toStrictEqual(['EVAL']);
+      const owner = first.perNode.findIndex((commands) => commands.length > 0);
+      expect(replay.perNode[owner]).toStrictEqual(['EVAL']);
+      expect(replay.value).toStrictEqual(first.value);
+      expect(await balanceOf(viaB)).toBe(100);
+    });
+
+    it('executes 20 concurrent duplicates spread over both instances exactly once', async () => {
+      const call = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: randomUUID() };
+      const viaA = await connect(a, tokens.alice);
+      const viaB = await connect(b, tokens.alice);
+      const answers = await Promise.allSettled(
+        Array.from({ length: 20 }, (_, i) => callTool(i % 2 === 0 ? viaA : viaB, call)),
+      );
+      const results = answers.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+      const errors = answers.flatMap((r) =>
+        r.status === 'rejected' ? [idempotencyErrorOf(r.reason)?.type] : [],
+      );
+      const executed = results.filter((r) => textOf(r) === 'Charged 100. New balance: 100');
+
+      expect(results.length + errors.length).toBe(20);
+      expect(executed.length).toBe(results.length);
+      expect(errors.every((type) => type === IdempotencyErrorType.inProgress)).toBe(true);
+      expect(executions(call.idempotencyKey)).toBe(1);
+      expect(await balanceOf(viaB)).toBe(100);
+      console.info(
+        `20 concurrent duplicates on ${where}: ${executions(call.idempotencyKey)} execution, ` +
+          `${results.length} answered with the charge, ${errors.length} in progress`,
+      );
+    });
+
+    it('keeps each principal’s records apart across instances', async () => {
+      const key = randomUUID();
+      const call = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: key };
+      const alice = await callTool(await connect(a, tokens.alice), call);
+      const bob = await callTool(await connect(b, tokens.bob), { ...call, arguments: { amount: 7 } });
+      expect(textOf(alice)).toBe('Charged 100. New balance: 100');
+      expect(textOf(bob)).toBe('Charged 7. New balance: 107');
+      expect(await callTool(await connect(b, tokens.alice), call)).toStrictEqual(alice);
+      expect(
+        await callTool(await connect(a, tokens.bob), { ...call, arguments: { amount: 7 } }),
+      ).toStrictEqual(bob);
+      expect(await balanceOf(await connect(a, tokens.bob))).toBe(107);
+    });
+  });
+}
