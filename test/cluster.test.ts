@@ -375,7 +375,7 @@ describe.skipIf(!cluster)('SEP cases with the Redis store on a cluster', () => {
   describeSepCases(
     `stateless HTTP, ${era}, with the Redis store on a cluster`,
     (args) => connectHttp([...args, ...clusterArgs(uniqueKeyPrefix('sep'))], era),
-    { recordCap: false },
+    { transport: 'http', recordCap: false },
   );
 });
 
