@@ -3,14 +3,11 @@
 //   npm run bench               the full run, a few minutes on a 2-core machine
 //   npm run bench -- --quick    a smoke run (CI), well under a minute; its figures are rough
 //
-// One question per file: transports.ts (what a keyed call costs over each transport, store and
-// era), guard-alone.ts (the guard and its pieces, without a transport), redis.ts (round trips),
-// memory.ts (bounded by the caps), scaling.ts (flat with stored records), concurrency.ts
-// (throughput); harness.ts is how they measure, calls.ts what they call. Every table goes to
-// stdout, and the figures, with the machine, to bench/results/latest.json, which the README
-// quotes (a quick run writes to the temporary directory instead). Targets are reported, never
-// asserted: the only failures are a wrong answer (a figure from the wrong path) or a broken setup.
-// Every server and Redis started here is stopped before it exits, on error and on Ctrl-C too.
+// One question per file (transports, guard-alone, redis, memory, scaling, concurrency); harness.ts
+// is how they measure, calls.ts what they call. Tables go to stdout, the figures and the machine to
+// bench/results/latest.json, which the README quotes (a quick run writes to the temporary directory).
+// Targets are reported, never asserted: only a wrong answer (a figure from the wrong path) or a
+// broken setup fails. Every server and Redis started here is stopped, on error and on Ctrl-C too.
 
 import { randomUUID } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';

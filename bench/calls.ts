@@ -29,6 +29,12 @@ export type StoreName = 'memory' | 'redis';
 export const TOOL = 'charge_guarded';
 export const AMOUNT = 1;
 
+/** What the charge tool answers, each with its own text: what a store holds per record. */
+export const chargeResult = (balance: number, charged = AMOUNT) => ({
+  content: [{ type: 'text', text: `Charged ${charged}. New balance: ${balance}` }],
+  structuredContent: { charged, balance },
+});
+
 /** One caller stands for all: its quota is the whole store's cap, counted on every claim, never refusing one. */
 export const ONE_CALLER_QUOTA = {
   maxRecordsPerScope: DEFAULT_MAX_RECORDS,

@@ -23,7 +23,7 @@ import {
   MemoryIdempotencyStore,
 } from '../idempotency/index.js';
 import { logDecision } from '../server.js';
-import { AMOUNT, jsonBytes, orderArgumentsOfSize, TOOL, WrongAnswerError } from './calls.js';
+import { AMOUNT, chargeResult, jsonBytes, orderArgumentsOfSize, TOOL, WrongAnswerError } from './calls.js';
 import { answerIfMain, type Report, rotate, summarize, table } from './harness.js';
 
 interface Piece {
@@ -42,10 +42,7 @@ const piece = (piece: string, input: string, run: Piece['run'], more: Partial<Pi
 });
 
 const SMALL = { amount: AMOUNT };
-const NOOP_RESULT: JsonObject = {
-  content: [{ type: 'text', text: `Charged ${AMOUNT}. New balance: ${AMOUNT}` }],
-  structuredContent: { charged: AMOUNT, balance: AMOUNT },
-};
+const NOOP_RESULT: JsonObject = chargeResult(AMOUNT);
 
 function guardAlone(): Piece[] {
   const room = { maxRecords: 10_000_000, maxRecordsPerScope: 10_000_000 };
@@ -125,7 +122,8 @@ async function main([rounds = 20, msPerPiece = 5]: number[]): Promise<Report> {
   const log = { lineBytes: 0 };
   const all = [...guardAlone(), ...pieces(log)];
   const samples = new Map<Piece, number[]>(all.map((p) => [p, []]));
-  const options = { min_cpu_time: msPerPiece * 1e6, min_samples: 4, batch_samples: 64 };
+  // A fresh object each time: mitata writes its defaults and a generator's parameters into it.
+  const options = () => ({ min_cpu_time: msPerPiece * 1e6, min_samples: 4, batch_samples: 64 });
   // Round -1 is warm-up, its samples dropped.
   for (let round = -1; round < rounds; round++) {
     for (const p of rotate(all, round + 1)) {
@@ -134,8 +132,8 @@ async function main([rounds = 20, msPerPiece = 5]: number[]): Promise<Report> {
         const stats = params
           ? await measure(function* () {
               yield { 0: params, bench: run };
-            }, options)
-          : await measure(() => run(undefined), options);
+            }, options())
+          : await measure(() => run(undefined), options());
         // Nanoseconds per call (in a batch, its time over its calls).
         if (round >= 0) samples.get(p)?.push(...stats.samples.map((ns) => ns / 1000));
       });

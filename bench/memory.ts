@@ -17,7 +17,7 @@ import {
   MemoryIdempotencyStore,
 } from '../idempotency/index.js';
 import { MemoryLedger } from '../ledger.js';
-import { AMOUNT, ONE_CALLER_QUOTA, TOOL } from './calls.js';
+import { AMOUNT, chargeResult, ONE_CALLER_QUOTA, TOOL } from './calls.js';
 import { answerIfMain, int, mb, type Report, table } from './harness.js';
 
 /** "Bounded": the heap after every call within 5% of the heap when the store reached its cap. */
@@ -31,11 +31,6 @@ function heap(): { heapUsedBytes: number; rssBytes: number } {
   const { heapUsed, rss } = process.memoryUsage();
   return { heapUsedBytes: heapUsed, rssBytes: rss };
 }
-
-const chargeResult = (balance: number) => ({
-  content: [{ type: 'text', text: `Charged ${AMOUNT}. New balance: ${balance}` }],
-  structuredContent: { charged: AMOUNT, balance },
-});
 
 async function main([calls = 1_000_000]: number[]): Promise<Report> {
   const store = new MemoryIdempotencyStore(ONE_CALLER_QUOTA);

@@ -16,7 +16,7 @@ import {
   MemoryIdempotencyStore,
 } from '../idempotency/index.js';
 import { connectInProcess } from '../test/support/in-process.js';
-import { AMOUNT, makeVariants, VARIANT_LABEL } from './calls.js';
+import { chargeResult, makeVariants, VARIANT_LABEL } from './calls.js';
 import { answerIfMain, type Group, int, interleave, type Report, table, us } from './harness.js';
 
 /** "Flat": the median with the most records stored within 10% of the median with the fewest. */
@@ -36,9 +36,7 @@ async function main([rounds = 10, batch = 500, ...sizes]: number[]): Promise<Rep
         const id = { scope: LOCAL_SCOPE, idempotencyKey: randomUUID() };
         const claim = await store.claim(id, randomUUID(), DEFAULT_LEASE_MS);
         if (claim.state !== 'claimed') throw new Error(`filling the store: ${claim.state}`);
-        const balance = 1_000_000 + i;
-        const text = `Charged ${AMOUNT}. New balance: ${balance}`;
-        const result = { content: [{ type: 'text', text }], structuredContent: { charged: AMOUNT, balance } };
+        const result = chargeResult(1_000_000 + i);
         await store.complete(claim.ticket, { result }, DEFAULT_RETENTION_MS);
       }
       if (store.size !== records) throw new Error(`filled ${store.size} records, not ${records}`);
