@@ -3,101 +3,56 @@
 //   npm run bench               the full run, a few minutes on a 2-core machine
 //   npm run bench -- --quick    a smoke run (CI), well under a minute; its figures are rough
 //
-// Prints every table on stdout and writes the same figures, with the machine, the Node
-// version and the date, to bench/results/latest.json, the reference the README quotes (a
-// quick run writes to the temporary directory instead, so it never replaces it). Targets are reported, never asserted:
-// the only failures are a wrong answer (a figure from the wrong path) or a broken setup.
-// Every server and Redis it starts is stopped before it exits, on error and on Ctrl-C too.
+// One question per file (transports, guard-alone, redis, memory, scaling, concurrency); harness.ts
+// is how they measure, calls.ts what they call. Tables go to stdout, the figures and the machine to
+// bench/results/latest.json, which the README quotes (a quick run writes to the temporary directory).
+// Targets are reported, never asserted: only a wrong answer (a figure from the wrong path) or a
+// broken setup fails. Every server and Redis started here is stopped, on error and on Ctrl-C too.
 
+import { randomUUID } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { availableParallelism, cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { MemoryIdempotencyStore } from '../idempotency/index.js';
-import { MemoryLedger } from '../ledger.js';
-import { connectInProcess } from '../test/support/in-process.js';
-import { runChild } from './child.js';
-import { type ConcurrencyRow, runConcurrency } from './concurrency.js';
+import { z } from 'zod';
+import { startRedis } from '../test/support/redis.js';
 import {
-  type EndpointPair,
-  openPair,
-  SLOW_CHARGE_MS,
-  STORES,
+  openServer,
+  type ServerPair,
   type StoreName,
-  TRANSPORTS,
   type TransportName,
-} from './endpoints.js';
-import { LogLineResult } from './log-line.js';
-import { type MatrixGroup, type MatrixRow, runMatrix } from './matrix.js';
-import { MemoryResult } from './memory.js';
-import { jsonBytes, orderArgumentsOfSize } from './payloads.js';
-import { type PieceRow, runPieces } from './pieces.js';
-import { type BenchRedis, CommandMonitor, openRedis, redisVersion } from './redis.js';
-import {
-  formatConcurrency,
-  formatLargeArguments,
-  formatMatrix,
-  formatMemory,
-  formatPieces,
-  formatRoundTrips,
-  formatScaling,
-  formatTargets,
-} from './report.js';
-import { countRoundTrips, type RoundTripRow } from './round-trips.js';
-import { ScalingResult } from './scaling.js';
-import { checkTargets } from './targets.js';
-import { AMOUNT, makeVariants, WrongAnswerError } from './variants.js';
+  WrongAnswerError,
+} from './calls.js';
+import { measureConcurrency } from './concurrency.js';
+import { type Report, runChild, table, yesNo } from './harness.js';
+import { measureRoundTrips } from './redis.js';
+import { measureTransports } from './transports.js';
 
-const HERE = dirname(fileURLToPath(import.meta.url));
-
-// --- How much of everything: the full run, and the quick smoke run ---
-
-interface Plan {
-  mode: 'full' | 'quick';
-  matrix: {
-    rounds: number;
-    /**
-     * Timed calls per variant per round. Over 20 rounds the medians repeat within a few percent
-     * from run to run on a busy 2-core machine (in process, stdio), within about 5% over HTTP,
-     * where a call takes 2 ms and its spread is wide; each row's round-to-round ratio spread
-     * is in the JSON (`roundRatio`).
-     */
-    batchCalls: Record<TransportName, number>;
-    warmupCalls: Record<TransportName, number>;
-  };
-  pieces: { rounds: number; batchMs: number };
-  largeArguments: { rounds: number; batchCalls: Record<string, number> };
-  roundTripCalls: number;
-  memoryCalls: number;
-  scaling: { rounds: number; batchCalls: number; sizes: number[] };
-  concurrency: { rounds: number; phaseMs: number };
-}
-
-const FULL: Plan = {
+const FULL = {
   mode: 'full',
-  matrix: {
+  // Over 20 rounds the medians repeat within a few percent from run to run on a busy 2-core
+  // machine in process and over stdio, within about 5% over HTTP, whose calls spread wide.
+  transports: {
     rounds: 20,
-    batchCalls: { 'in-process': 1_000, stdio: 300, http: 60 },
-    warmupCalls: { 'in-process': 2_000, stdio: 500, http: 100 },
+    batchCalls: { 'in-process': 1_000, stdio: 300, http: 60, '100 KB': 20 },
+    warmupCalls: { 'in-process': 2_000, stdio: 500, http: 100, '100 KB': 20 },
   },
-  pieces: { rounds: 30, batchMs: 5 },
-  largeArguments: { rounds: 10, batchCalls: { small: 100, '1 KB': 100, '100 KB': 10 } },
+  pieces: { rounds: 20, msPerPiece: 5 },
   roundTripCalls: 200,
   memoryCalls: 1_000_000,
   scaling: { rounds: 10, batchCalls: 500, sizes: [1e3, 1e5, 1e6] },
   concurrency: { rounds: 3, phaseMs: 400 },
 };
 
-const QUICK: Plan = {
+const QUICK: typeof FULL = {
   mode: 'quick',
-  matrix: {
+  transports: {
     rounds: 3,
-    batchCalls: { 'in-process': 200, stdio: 50, http: 10 },
-    warmupCalls: { 'in-process': 200, stdio: 50, http: 10 },
+    batchCalls: { 'in-process': 200, stdio: 50, http: 10, '100 KB': 3 },
+    warmupCalls: { 'in-process': 200, stdio: 50, http: 10, '100 KB': 3 },
   },
-  pieces: { rounds: 5, batchMs: 2 },
-  largeArguments: { rounds: 2, batchCalls: { small: 10, '1 KB': 10, '100 KB': 2 } },
+  pieces: { rounds: 3, msPerPiece: 2 },
   roundTripCalls: 20,
   memoryCalls: 150_000,
   scaling: { rounds: 2, batchCalls: 100, sizes: [1e3, 1e4, 1e5] },
@@ -107,14 +62,9 @@ const QUICK: Plan = {
 // --- Cleanup: whatever was started is stopped, however the run ends ---
 
 const closers: Array<() => Promise<unknown>> = [];
-
 async function closeAll(): Promise<void> {
-  while (closers.length > 0)
-    await closers
-      .pop()?.()
-      .catch(() => {});
+  for (let close = closers.pop(); close; close = closers.pop()) await close().catch(() => {});
 }
-
 let interrupted = false;
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
@@ -124,31 +74,16 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   });
 }
 
-function say(line = ''): void {
-  process.stdout.write(`${line}\n`);
-}
-
-function note(line: string): void {
-  process.stderr.write(`  … ${line}\n`);
-}
-
-function section(title: string, how: string): void {
-  say();
-  say(`== ${title}`);
-  if (how) say(how);
-  say();
-}
+const say = (line: string) => process.stdout.write(`${line}\n`);
+const note = (line: string) =>
+  process.stderr.write(`  … ${(performance.now() / 1000).toFixed(0)} s: ${line}\n`);
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({
-    options: { quick: { type: 'boolean', default: false }, out: { type: 'string' } },
-  });
+  const options = { quick: { type: 'boolean', default: false }, out: { type: 'string' } } as const;
+  const { values } = parseArgs({ options });
   const plan = values.quick ? QUICK : FULL;
-  const out =
-    values.out ??
-    (plan.mode === 'full'
-      ? join(HERE, 'results', 'latest.json')
-      : join(tmpdir(), 'sep3182-bench-quick.json'));
+  const latest = join(dirname(fileURLToPath(import.meta.url)), 'results', 'latest.json');
+  const out = values.out ?? (values.quick ? join(tmpdir(), 'sep3182-bench-quick.json') : latest);
   const started = performance.now();
   const machine = {
     date: new Date().toISOString(),
@@ -159,259 +94,111 @@ async function main(): Promise<void> {
     loadAverageAtStart: loadavg().map((n) => Number(n.toFixed(2))),
   };
   say('SEP-3182 request idempotency: what the guard costs');
-  say(
-    `${machine.cpu}, ${machine.cores} cores, Node ${machine.node}, ${machine.date}; ${plan.mode} run (load average at start ${machine.loadAverageAtStart.join(' ')})`,
-  );
+  say(`${machine.cpu}, ${machine.cores} cores, Node ${machine.node}, ${machine.date}; ${plan.mode} run`);
+  const reports: Record<string, Report> = {};
 
-  // --- The guard's pieces, before any server runs ---
-  note('pieces');
-  const pieces: PieceRow[] = await runPieces(plan.pieces, note);
+  // The guard alone first, before any server runs.
+  note('the guard alone, and its pieces');
+  const { rounds, msPerPiece } = plan.pieces;
+  reports.guardAlone = await runChild('guard-alone.ts', [rounds, msPerPiece], ['--expose-gc']);
 
-  // --- Servers: every transport with every store, a fast and a slow one each ---
-  const redisOpened = await openRedis();
-  let redis: BenchRedis | undefined;
-  let redisSkipped: string | undefined;
-  let redisServerVersion = 'unknown';
-  if (redisOpened.ok) {
-    redis = redisOpened.redis;
-    closers.push(() => redisOpened.redis.close());
-    redisServerVersion = await redisVersion(redis.admin).catch(() => 'unknown');
-  } else {
-    redisSkipped = redisOpened.reason;
-  }
-  const stores = STORES.filter((store) => store === 'memory' || redis);
-  note(`starting servers (${TRANSPORTS.length * stores.length * 2})`);
-  const pairs: EndpointPair[] = await Promise.all(
-    TRANSPORTS.flatMap((transport) => stores.map((store) => openPair(transport, store, redis?.target))),
-  );
-  for (const pair of pairs) closers.push(() => pair.close());
-  const pairOf = (transport: TransportName, store: StoreName) =>
-    pairs.find((pair) => pair.transport === transport && pair.store === store);
-
-  // --- The matrix: five variants × three transports × two stores ---
-  const groups: MatrixGroup[] = pairs.map((pair) => ({
-    transport: pair.transport,
-    store: pair.store,
-    argumentsLabel: 'small',
-    variants: makeVariants(pair.fast, pair.slow, `${pair.transport}, ${pair.store} store`),
-    endpoints: [pair.fast, pair.slow],
-    batchCalls: plan.matrix.batchCalls[pair.transport],
-    warmupCalls: plan.matrix.warmupCalls[pair.transport],
-  }));
-  note('matrix');
-  const matrix: MatrixRow[] = await runMatrix(groups, plan.matrix.rounds, note);
-
-  // --- Larger arguments over stdio: the fingerprint's share of a real round trip ---
-  const stdioMemory = pairOf('stdio', 'memory');
-  if (!stdioMemory) throw new Error('no stdio server');
-  const sizes = [
-    { label: 'small', args: { amount: AMOUNT } },
-    { label: '1 KB', args: orderArgumentsOfSize(1_024) },
-    { label: '100 KB', args: orderArgumentsOfSize(100 * 1_024) },
-  ];
-  note('larger arguments over stdio');
-  const largeArguments = await runMatrix(
-    sizes.map((size) => ({
-      transport: 'stdio',
-      store: 'memory',
-      argumentsLabel: `${size.label} (${jsonBytes(size.args)} B)`,
-      variants: makeVariants(stdioMemory.fast, stdioMemory.slow, `stdio, ${size.label}`, size.args).filter(
-        (variant) => variant.name === 'baseline' || variant.name === 'first',
-      ),
-      endpoints: [stdioMemory.fast],
-      batchCalls: plan.largeArguments.batchCalls[size.label] ?? 1,
-      warmupCalls: plan.largeArguments.batchCalls[size.label] ?? 1,
-    })),
-    plan.largeArguments.rounds,
-    () => {},
-  );
-
-  // --- Redis round trips per decision, through the stdio server ---
-  let roundTrips: RoundTripRow[] | undefined;
-  const stdioRedis = pairOf('stdio', 'redis');
-  if (redis && stdioRedis) {
-    note('Redis round trips');
-    const monitor = await CommandMonitor.start(redis.target.url, redis.admin, redis.target.prefix);
-    try {
-      roundTrips = await countRoundTrips(stdioRedis, redis.target, monitor, plan.roundTripCalls);
-    } finally {
-      monitor.stop();
+  // A private redis-server if one is installed, else REDIS_URL; keys under a prefix of this run's own.
+  const redis = await startRedis();
+  const prefix = `sep3182-bench:${process.pid}-${randomUUID().slice(0, 8)}:`;
+  const target = redis && { url: redis.url, prefix };
+  if (redis) closers.push(() => redis.flush(prefix).finally(() => redis.stop()));
+  // Each transport and store's fast and slow servers, opened when first asked for.
+  const opened = new Map<string, Promise<ServerPair | undefined>>();
+  const serversOf = (transport: TransportName, store: StoreName) => {
+    const key = `${transport}/${store}`;
+    if (!opened.has(key)) opened.set(key, store === 'redis' && !target ? Promise.resolve(undefined) : open());
+    return opened.get(key) ?? Promise.resolve(undefined);
+    async function open() {
+      const fast = await openServer(transport, store, 'fast', target);
+      const slow = await openServer(transport, store, 'slow', target);
+      closers.push(fast.close, slow.close);
+      return { transport, store, fast, slow };
     }
+  };
+  note('transports');
+  reports.transports = await measureTransports(serversOf, plan.transports, note);
+  const stdioRedis = await serversOf('stdio', 'redis');
+  if (redis && target && stdioRedis) {
+    note('Redis round trips');
+    reports.roundTrips = await measureRoundTrips(redis, target, stdioRedis, plan.roundTripCalls);
   }
-
-  // --- Throughput with concurrent clients: in process (one thread), and HTTP ---
   note('concurrency');
-  const concurrency: ConcurrencyRow[] = [];
-  const sharedStore = new MemoryIdempotencyStore({ maxRecords: 10_000_000, maxRecordsPerScope: 10_000_000 });
-  const sharedLedger = new MemoryLedger();
-  concurrency.push(
-    ...(await runConcurrency(
-      'in-process',
-      'memory',
-      async () => connectInProcess({ store: sharedStore, ledger: sharedLedger }),
-      plan.concurrency,
-    )),
+  const throughput = [
+    serversOf('in-process', 'memory'),
+    serversOf('http', 'memory'),
+    serversOf('http', 'redis'),
+  ];
+  reports.concurrency = await measureConcurrency(
+    (await Promise.all(throughput)).flatMap((pair) => pair ?? []),
+    plan.concurrency,
   );
-  for (const pair of pairs.filter((p) => p.transport === 'http')) {
-    const connect = pair.fast.connectAnother;
-    if (connect) concurrency.push(...(await runConcurrency('http', pair.store, connect, plan.concurrency)));
-  }
   await closeAll();
 
-  // --- In processes of their own: memory, and scaling with stored records ---
   note(`memory: ${plan.memoryCalls.toLocaleString('en')} keyed calls`);
-  const memory = await runChild('memory.ts', [String(plan.memoryCalls)], ['--expose-gc'], MemoryResult, note);
+  reports.memory = await runChild('memory.ts', [plan.memoryCalls], ['--expose-gc']);
   note('scaling with stored records');
-  const scaling = await runChild(
-    'scaling.ts',
-    [String(plan.scaling.rounds), String(plan.scaling.batchCalls), ...plan.scaling.sizes.map(String)],
-    ['--max-old-space-size=4096'],
-    ScalingResult,
-    note,
-  );
+  const scaling = [plan.scaling.rounds, plan.scaling.batchCalls, ...plan.scaling.sizes];
+  reports.scaling = await runChild('scaling.ts', scaling, ['--max-old-space-size=4096']);
 
-  note("the demo server's decision log line");
-  const logLine = await runChild(
-    'log-line.ts',
-    [String(plan.pieces.rounds), '1000'],
-    [],
-    LogLineResult,
-    note,
+  // One target spans two questions: the 100 KB fingerprint against a small call's stdio round trip.
+  const Row = z.object({
+    input: z.string(),
+    transport: z.string(),
+    variant: z.string(),
+    medianUs: z.number(),
+  });
+  const rows = (report: Report) => z.array(Row.partial()).parse(report.figures);
+  const fingerprint = rows(reports.guardAlone).find((row) => row.input?.startsWith('100 KB'))?.medianUs;
+  const small = rows(reports.transports).find(
+    (row) => row.transport === 'stdio' && row.variant === 'baseline',
   );
-  pieces.push(
-    {
-      piece: 'decision log line (server.ts)',
-      input: `${Math.round(logLine.lineBytes)} B JSON line, built only`,
-      batchCalls: logLine.batchCalls,
-      samples: logLine.batches,
-      medianUs: logLine.builtMedianUs,
-      p99Us: logLine.builtP99Us,
-      callsPerSecond: 1e6 / logLine.builtMedianUs,
-    },
-    {
-      piece: 'decision log line (server.ts)',
-      input: 'built and written to stderr (a pipe)',
-      batchCalls: logLine.batchCalls,
-      samples: logLine.batches,
-      medianUs: logLine.writtenMedianUs,
-      p99Us: logLine.writtenP99Us,
-      callsPerSecond: 1e6 / logLine.writtenMedianUs,
-    },
+  const roundTrip = small?.medianUs;
+  const checks = Object.values(reports).flatMap((report) => report.checks);
+  if (fingerprint && roundTrip) {
+    const target = 'fingerprint of 100 KB arguments well under (≤ 0.5 ×) a small call over stdio';
+    const figure = `${fingerprint.toFixed(0)} µs = ${(fingerprint / roundTrip).toFixed(2)} × ${roundTrip.toFixed(0)} µs`;
+    checks.push({ target, figure, met: fingerprint <= 0.5 * roundTrip });
+  }
+  const order = ['transports', 'guardAlone', 'roundTrips', 'memory', 'scaling', 'concurrency'];
+  for (const report of order.flatMap((name) => reports[name] ?? [])) {
+    say(`\n== ${report.title}\n${report.how}\n\n${report.table}`);
+  }
+  const targets = table(
+    'target | figure | met?',
+    checks.map((c) => [c.target, c.figure, yesNo(c.met)]),
   );
+  say(`\n== Targets: reported, not asserted\n\n${targets}`);
 
-  // --- The report ---
-  const iterations = {
-    matrix: {
-      rounds: plan.matrix.rounds,
-      callsPerVariantPerRound: plan.matrix.batchCalls,
-      samplesPerVariant: Object.fromEntries(
-        TRANSPORTS.map((t) => [t, plan.matrix.rounds * plan.matrix.batchCalls[t]]),
-      ),
-      warmupCallsPerVariant: plan.matrix.warmupCalls,
-    },
-    pieces: plan.pieces,
-    largeArguments: plan.largeArguments,
-    roundTripCallsPerDecision: plan.roundTripCalls,
-    memoryCalls: plan.memoryCalls,
-    scaling: plan.scaling,
-    concurrency: plan.concurrency,
-  };
-  const targets = checkTargets({ matrix, pieces, roundTrips, memory, scaling });
-  const samples = iterations.matrix.samplesPerVariant;
-  section(
-    'Per-call latency of tools/call, by transport and store',
-    [
-      `${plan.matrix.rounds} interleaved rounds; per round and variant ${describeCounts(plan.matrix.batchCalls)} timed calls`,
-      `(${describeCounts(samples)} samples per variant), after ${describeCounts(plan.matrix.warmupCalls)} warm-up calls.`,
-      'One client, one call at a time; small arguments ({"amount":1}). ratio = median / the unkeyed median on the same',
-      `transport and store. In progress: the original runs on an identical server whose charge takes ${SLOW_CHARGE_MS} ms.`,
-      'Latency targets apply to the memory store; the Redis store is held to round trips (below).',
-    ].join('\n'),
-  );
-  say(formatMatrix(matrix, redisSkipped));
-  section(
-    "The guard's pieces, on their own",
-    `Interleaved batches (${plan.pieces.rounds} per piece, ~${plan.pieces.batchMs} ms each); a sample is a batch's time / its calls.\n` +
-      'Guard alone: the real guard in front of a no-op tool, no transport and no SDK parsing.\n' +
-      "Decision log line: server.ts's logDecision, which a stdio or HTTP server runs once per keyed call\n" +
-      "(in a process of its own whose stderr is a pipe, as a server's is).",
-  );
-  say(formatPieces(pieces));
-  section(
-    'Larger arguments over stdio (memory store)',
-    `${plan.largeArguments.rounds} interleaved rounds; calls per round: ${describeCounts(plan.largeArguments.batchCalls)}.`,
-  );
-  say(formatLargeArguments(largeArguments));
-  section(
-    'Redis round trips per decision',
-    redis && roundTrips
-      ? `${plan.roundTripCalls} calls per decision through a stdio server with --store redis (${redis.source}, Redis ${redisServerVersion}),\n` +
-          "counted on the Redis side with MONITOR. The ledger's INCRBY is the tool's, shown apart.\n" +
-          'Commands run inside the EVAL script cost no round trip of their own.'
-      : (redisSkipped ?? 'skipped'),
-  );
-  if (roundTrips) say(formatRoundTrips(roundTrips));
-  section(
-    `Memory after ${memory.calls.toLocaleString('en')} distinct keyed calls (default cap ${memory.cap.toLocaleString('en')}, retention 300 s)`,
-    'The demo server, its guard and its McpServer dispatch, called directly with raw tools/call requests\n' +
-      '(in a process of its own, figures after global.gc()).',
-  );
-  say(formatMemory(memory));
-  section(
-    'Scaling: keyed first execution with records already stored (in process, memory store)',
-    `Stores filled through claim and complete (${scaling.fillSeconds.toFixed(1)} s), one process, ${plan.scaling.rounds} interleaved rounds of ${plan.scaling.batchCalls} calls.`,
-  );
-  say(formatScaling(scaling));
-  section(
-    'Throughput with concurrent clients',
-    `Each client calls one at a time, in ${plan.concurrency.rounds} alternating ${plan.concurrency.phaseMs} ms phases per variant; ratio = keyed / unkeyed calls/s.\n` +
-      'In process: every client has its own McpServer sharing one store and ledger. HTTP: clients of one server process.',
-  );
-  say(formatConcurrency(concurrency));
-  section('Targets: reported, not asserted', '');
-  say(formatTargets(targets));
-
-  const durationSeconds = (performance.now() - started) / 1000;
+  const durationSeconds = Number(((performance.now() - started) / 1000).toFixed(1));
+  const loadAverageAtEnd = loadavg().map((n) => Number(n.toFixed(2)));
+  const figures = Object.fromEntries(Object.entries(reports).map(([name, report]) => [name, report.figures]));
   const results = {
     ...machine,
-    loadAverageAtEnd: loadavg().map((n) => Number(n.toFixed(2))),
+    loadAverageAtEnd,
     mode: plan.mode,
-    durationSeconds: Number(durationSeconds.toFixed(1)),
-    iterations,
-    redis: redis ? { source: redis.source, version: redisServerVersion } : { skipped: redisSkipped },
-    rows: matrix,
-    pieces,
-    largeArguments,
-    roundTrips: roundTrips ?? { skipped: redisSkipped },
-    memory,
-    scaling,
-    concurrency,
-    targets,
+    durationSeconds,
+    plan,
+    ...figures,
+    checks,
   };
   await mkdir(dirname(out), { recursive: true });
   await writeFile(out, `${JSON.stringify(results, null, 2)}\n`);
-  say();
-  say(
-    `${plan.mode} run took ${durationSeconds.toFixed(0)} s; figures written to ${relative(process.cwd(), out)}`,
-  );
-}
-
-function describeCounts(counts: Record<string, number>): string {
-  return Object.entries(counts)
-    .map(([name, n]) => `${name} ${n.toLocaleString('en')}`)
-    .join(', ');
+  say(`\n${plan.mode} run took ${durationSeconds.toFixed(0)} s; figures in ${relative(process.cwd(), out)}`);
 }
 
 main()
-  .catch(async (error: unknown) => {
+  .catch((error: unknown) => {
     // Stopping the servers on Ctrl-C fails whatever call was in flight: not news.
     if (interrupted) return;
     const message = error instanceof Error ? (error.stack ?? error.message) : String(error);
-    process.stderr.write(
-      error instanceof WrongAnswerError
-        ? `\nbenchmark aborted: a call took the wrong path, so its figure would be meaningless.\n${message}\n`
-        : `\nbenchmark failed: ${message}\n`,
-    );
+    const wrong =
+      error instanceof WrongAnswerError ? ' (a call took the wrong path: its figure is void)' : '';
+    process.stderr.write(`\nbenchmark failed${wrong}.\n${message}\n`);
     process.exitCode = 1;
   })
   .finally(closeAll);

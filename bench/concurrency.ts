@@ -1,115 +1,107 @@
-// --- Throughput with 1, 8 and 64 concurrent clients ---
+// --- Does the guard cost throughput with 1, 8 and 64 concurrent clients? ---
 //
 // Each client calls in a loop, one call at a time, for a fixed phase; throughput is the calls
-// all clients completed divided by the phase's wall time. Unkeyed and keyed-first phases
-// alternate (rotating which goes first), so drift lands on both alike.
+// all clients completed over the phase's wall time. Unkeyed and keyed-first phases alternate
+// (rotating which goes first), so drift lands on both alike. In process, every client has its
+// own McpServer sharing one store and ledger; over HTTP, they are clients of one server process.
+// (Stdio has no second client: one process serves one connection.)
 
 import { randomUUID } from 'node:crypto';
-import type { Client } from '@modelcontextprotocol/client';
-import { callTool } from '../idempotency/client.js';
-import type { StoreName, TransportName } from './endpoints.js';
-import { rotate } from './matrix.js';
-import { elapsedUs, summarize } from './stats.js';
-import { AMOUNT, TOOL, WrongAnswerError } from './variants.js';
+import { callTool, MODERN_PROTOCOL_VERSION } from '../idempotency/client.js';
+import { AMOUNT, type Endpoint, type ServerPair, TOOL, VARIANT_LABEL, WrongAnswerError } from './calls.js';
+import { int, type Report, rotate, summarize, table, timed, us } from './harness.js';
 
-export const CONCURRENCY_LEVELS = [1, 8, 64] as const;
+const CLIENTS = [1, 8, 64];
+type Kind = 'baseline' | 'first';
 
-export interface ConcurrencyPlan {
-  rounds: number;
-  phaseMs: number;
-}
-
-export interface ConcurrencyRow {
-  transport: TransportName;
-  store: StoreName;
-  clients: number;
-  variant: 'baseline' | 'first';
-  calls: number;
-  callsPerSecond: number;
-  medianUs: number;
-  p99Us: number;
-  /** Keyed throughput over unkeyed throughput, same clients. */
-  ratio: number;
-}
-
-export type Connect = () => Promise<{ client: Client; close(): Promise<void> }>;
-
-export async function runConcurrency(
-  transport: TransportName,
-  store: StoreName,
-  connect: Connect,
-  plan: ConcurrencyPlan,
-): Promise<ConcurrencyRow[]> {
-  const rows: ConcurrencyRow[] = [];
-  for (const clients of CONCURRENCY_LEVELS) {
-    const connections = await Promise.all(Array.from({ length: clients }, () => connect()));
-    try {
-      const pool = connections.map((connection) => connection.client);
-      await phase(pool, 'baseline', plan.phaseMs / 4); // warm-up, both paths
-      await phase(pool, 'first', plan.phaseMs / 4);
-      const totals: Record<'baseline' | 'first', Phase> = {
-        baseline: { calls: 0, ms: 0, samplesUs: [] },
-        first: { calls: 0, ms: 0, samplesUs: [] },
+export async function measureConcurrency(
+  pairs: ServerPair[],
+  plan: { rounds: number; phaseMs: number },
+): Promise<Report> {
+  const rows = [];
+  for (const { transport, store, fast: server } of pairs) {
+    for (const clients of CLIENTS) {
+      const pool = await Promise.all(
+        Array.from({ length: clients }, () => server.connect(MODERN_PROTOCOL_VERSION)),
+      );
+      const totals = {
+        baseline: { ms: 0, samples: [] as number[] },
+        first: { ms: 0, samples: [] as number[] },
       };
-      for (let round = 0; round < plan.rounds; round++) {
-        for (const variant of rotate(['baseline', 'first'] as const, round)) {
-          const result = await phase(pool, variant, plan.phaseMs);
-          const total = totals[variant];
-          total.calls += result.calls;
-          total.ms += result.ms;
-          total.samplesUs.push(...result.samplesUs);
+      try {
+        // Round -1 is a short warm-up of both paths, not counted.
+        for (let round = -1; round < plan.rounds; round++) {
+          for (const kind of rotate<Kind>(['baseline', 'first'], round + 1)) {
+            const { ms, samples } = await phase(pool, kind, round < 0 ? plan.phaseMs / 4 : plan.phaseMs);
+            if (round < 0) continue;
+            totals[kind].ms += ms;
+            totals[kind].samples.push(...samples);
+          }
         }
+      } finally {
+        await Promise.allSettled(pool.map((endpoint) => endpoint.close()));
       }
-      const throughput = (variant: 'baseline' | 'first') =>
-        (totals[variant].calls * 1000) / totals[variant].ms;
-      for (const variant of ['baseline', 'first'] as const) {
-        const summary = summarize(totals[variant].samplesUs);
+      const throughput = (kind: Kind) => (totals[kind].samples.length * 1000) / totals[kind].ms;
+      for (const kind of ['baseline', 'first'] as const) {
+        const { samples, medianUs, p99Us } = summarize(totals[kind].samples);
+        const callsPerSecond = throughput(kind);
+        const ratio = callsPerSecond / throughput('baseline');
         rows.push({
           transport,
           store,
           clients,
-          variant,
-          calls: totals[variant].calls,
-          callsPerSecond: throughput(variant),
-          medianUs: summary.medianUs,
-          p99Us: summary.p99Us,
-          ratio: throughput(variant) / throughput('baseline'),
+          variant: kind,
+          calls: samples,
+          callsPerSecond,
+          medianUs,
+          p99Us,
+          ratio,
         });
       }
-    } finally {
-      await Promise.allSettled(connections.map((connection) => connection.close()));
     }
   }
-  return rows;
+  return {
+    title: 'Throughput with concurrent clients',
+    how: `${plan.rounds} alternating ${plan.phaseMs} ms phases per variant; ratio = keyed / unkeyed calls/s.`,
+    table: table(
+      'transport | store | clients | variant | calls/s | median µs | p99 µs | ratio',
+      rows.map((row) => [
+        ...[
+          row.transport,
+          row.store,
+          String(row.clients),
+          VARIANT_LABEL[row.variant] ?? '',
+          int(row.callsPerSecond),
+        ],
+        ...[us(row.medianUs), us(row.p99Us), row.ratio.toFixed(3)],
+      ]),
+    ),
+    checks: [],
+    figures: rows,
+  };
 }
 
-interface Phase {
-  calls: number;
-  ms: number;
-  samplesUs: number[];
-}
-
-async function phase(clients: Client[], variant: 'baseline' | 'first', ms: number): Promise<Phase> {
-  const samplesUs: number[] = [];
+async function phase(pool: Endpoint[], kind: Kind, ms: number) {
+  const samples: number[] = [];
   const started = performance.now();
-  const deadline = started + ms;
   await Promise.all(
-    clients.map(async (client) => {
-      while (performance.now() < deadline) {
-        const call =
-          variant === 'first'
-            ? { name: TOOL, arguments: { amount: AMOUNT }, idempotencyKey: randomUUID() }
-            : { name: TOOL, arguments: { amount: AMOUNT } };
-        const sent = performance.now();
-        const result = await callTool(client, call);
-        samplesUs.push(elapsedUs(sent));
-        if (Reflect.get(Object(result.structuredContent), 'charged') !== AMOUNT) {
+    pool.map(async ({ client }) => {
+      while (performance.now() < started + ms) {
+        const key = kind === 'first' ? { idempotencyKey: randomUUID() } : {};
+        const outcome = await timed(
+          () => callTool(client, { name: TOOL, arguments: { amount: AMOUNT }, ...key }),
+          samples,
+        );
+        const answer = Object(
+          outcome.ok ? Reflect.get(Object(outcome.result), 'structuredContent') : undefined,
+        );
+        if (Reflect.get(answer, 'charged') !== AMOUNT) {
           throw new WrongAnswerError(
-            `concurrency, ${variant}: expected a charge, got ${JSON.stringify(result)}`,
+            `concurrency, ${kind}: expected a charge, got ${JSON.stringify(outcome)}`,
           );
         }
       }
     }),
   );
-  return { calls: samplesUs.length, ms: performance.now() - started, samplesUs };
+  return { ms: performance.now() - started, samples };
 }

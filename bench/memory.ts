@@ -1,18 +1,14 @@
-// --- Memory after a million distinct keyed calls, with the default cap ---
+// --- Is memory bounded by the caps? A million distinct keyed calls against the default cap ---
 //
-// Run by bench.ts in a process of its own, with --expose-gc:
-//   node --expose-gc --import tsx bench/memory.ts <calls>
-// The guard with the demo's defaults (memory store: 100,000 records, 300 s retention), called
-// directly with raw tools/call params, in front of a dispatch that charges the ledger and answers
-// exactly what the charge tool answers: a million calls through an SDK client and transport take
-// minutes on a 2-core machine, too long for the run, and add nothing to what the store holds. The first
-// 100,000 keys execute and are kept; every later one is refused with idempotency_store_full,
-// so the store, and the heap, must stop growing at the cap. A record's cost is the heap it
-// adds; the stored result's share is measured apart, by holding as many copies on their own.
+// In a process of its own:  node --expose-gc --import tsx bench/memory.ts <calls>
+// The guard with the demo's defaults (100,000 records, 300 s retention), called with raw
+// tools/call params in front of a dispatch that charges the ledger and answers what the charge
+// tool answers (a million calls through an SDK client take minutes, and add nothing to what the
+// store holds). The first 100,000 keys execute and are kept; every later one is refused with
+// idempotency_store_full, so the heap must stop growing at the cap. A record's cost is the heap
+// it adds; the stored result's share is measured apart, by holding as many copies on their own.
 
 import { randomUUID } from 'node:crypto';
-import { pathToFileURL } from 'node:url';
-import { z } from 'zod';
 import {
   createToolCallGuard,
   DEFAULT_MAX_RECORDS,
@@ -21,135 +17,101 @@ import {
   MemoryIdempotencyStore,
 } from '../idempotency/index.js';
 import { MemoryLedger } from '../ledger.js';
-import { reportResult } from './child.js';
-import { ONE_CALLER_QUOTA } from './endpoints.js';
-import { AMOUNT, TOOL } from './variants.js';
+import { AMOUNT, chargeResult, ONE_CALLER_QUOTA, TOOL } from './calls.js';
+import { answerIfMain, int, mb, type Report, table } from './harness.js';
 
-const MemorySample = z.object({ heapUsedBytes: z.number(), rssBytes: z.number() });
-export const MemoryResult = z.object({
-  calls: z.number(),
-  cap: z.number(),
-  executed: z.number(),
-  refusedStoreFull: z.number(),
-  recordsStored: z.number(),
-  seconds: z.number(),
-  before: MemorySample,
-  atCap: MemorySample,
-  after: MemorySample,
-  bytesPerRecord: z.number(),
-  resultBytes: z.number(),
-  recordOverheadBytes: z.number(),
-});
-export type MemoryResult = z.infer<typeof MemoryResult>;
+/** "Bounded": the heap after every call within 5% of the heap when the store reached its cap. */
+const BOUNDED = 1.05;
 
-function sample(): z.infer<typeof MemorySample> {
-  const gc = globalThis.gc;
-  if (!gc) throw new Error('run with --expose-gc');
-  // Twice: the first pass can leave garbage that only a second one frees (weak references).
-  gc();
-  gc();
-  const usage = process.memoryUsage();
-  return { heapUsedBytes: usage.heapUsed, rssBytes: usage.rss };
+function heap(): { heapUsedBytes: number; rssBytes: number } {
+  if (!globalThis.gc) throw new Error('run with --expose-gc');
+  // Twice: the first pass can leave garbage only a second one frees (weak references).
+  globalThis.gc();
+  globalThis.gc();
+  const { heapUsed, rss } = process.memoryUsage();
+  return { heapUsedBytes: heapUsed, rssBytes: rss };
 }
 
-async function main(calls: number): Promise<MemoryResult> {
-  // One caller stands for all of them: its quota is the global cap, which is what is measured.
+async function main([calls = 1_000_000]: number[]): Promise<Report> {
   const store = new MemoryIdempotencyStore(ONE_CALLER_QUOTA);
   const cap = store.maxRecords;
   if (cap !== DEFAULT_MAX_RECORDS) throw new Error('the memory figures are for the default cap');
   const guard = createToolCallGuard({ store });
   const ledger = new MemoryLedger();
-  const charge = async () => {
-    const balance = await ledger.charge(AMOUNT);
-    return {
-      content: [{ type: 'text', text: `Charged ${AMOUNT}. New balance: ${balance}` }],
-      structuredContent: { charged: AMOUNT, balance },
-    };
-  };
-  const toolsCall = (idempotencyKey?: string) =>
-    guard(
-      { name: TOOL, arguments: { amount: AMOUNT }, ...(idempotencyKey && { idempotencyKey }) },
-      {},
-      charge,
+  const call = (key?: string) =>
+    guard({ name: TOOL, arguments: { amount: AMOUNT }, ...(key && { idempotencyKey: key }) }, {}, async () =>
+      chargeResult(await ledger.charge(AMOUNT)),
     );
-
   // Warm up without keys, so nothing is stored before the first measurement.
-  for (let i = 0; i < 2_000; i++) await toolsCall();
-  const before = sample();
+  for (let i = 0; i < 2_000; i++) await call();
+  const before = heap();
   const started = performance.now();
-  let executed = 0;
-  let refusedStoreFull = 0;
-  let made = 0;
+  let [made, executed, refused] = [0, 0, 0];
   const callUntil = async (limit: number) => {
     for (; made < limit; made++) {
       try {
-        const result = await toolsCall(randomUUID());
-        const charged: unknown = Reflect.get(Object(result.structuredContent), 'charged');
-        if (charged !== AMOUNT) throw new Error(`expected a charge, got ${JSON.stringify(result)}`);
+        const result = await call(randomUUID());
+        if (Reflect.get(Object(result.structuredContent), 'charged') !== AMOUNT)
+          throw new Error('expected a charge');
         executed += 1;
       } catch (error) {
         if (idempotencyErrorOf(error)?.type !== IdempotencyErrorType.storeFull) throw error;
-        refusedStoreFull += 1;
+        refused += 1;
       }
-      if (made > 0 && made % 250_000 === 0)
-        process.stdout.write(`memory: ${made.toLocaleString('en')} calls\n`);
     }
   };
-  // Up to the cap, a measurement, then the rest: the heap must not grow past the cap.
   await callUntil(Math.min(cap, calls));
-  const atCap = sample();
+  const atCap = heap();
   await callUntil(calls);
   const seconds = (performance.now() - started) / 1000;
-  const after = sample();
-  if (
-    executed !== Math.min(cap, calls) ||
-    refusedStoreFull !== Math.max(0, calls - cap) ||
-    store.size !== executed
-  ) {
+  const after = heap();
+  if (executed !== Math.min(cap, calls) || refused !== Math.max(0, calls - cap) || store.size !== executed) {
     throw new Error(
-      `expected ${Math.min(cap, calls)} executed and the rest refused; got ${executed} executed, ${refusedStoreFull} refused, ${store.size} stored`,
+      `expected ${Math.min(cap, calls)} executed and the rest refused; got ${executed}, ${refused}`,
     );
   }
+  // The heap one stored result takes: as many results as records, each with its own text.
+  const held: unknown[] = new Array(executed);
+  const bare = heap().heapUsedBytes;
+  for (let i = 0; i < executed; i++) held[i] = chargeResult(1_000_000 + i);
+  // The holding array's own slots (8 bytes each) are not part of a result.
+  const resultBytes = (heap().heapUsedBytes - bare - 8 * executed) / held.length;
   const bytesPerRecord = (after.heapUsedBytes - before.heapUsedBytes) / executed;
-  const resultBytes = storedResultBytes(executed);
+  const growth = after.heapUsedBytes / atCap.heapUsedBytes;
+  const row = (label: string, at: typeof before) => [label, mb(at.heapUsedBytes), mb(at.rssBytes)];
   return {
-    calls,
-    cap,
-    executed,
-    refusedStoreFull,
-    recordsStored: store.size,
-    seconds,
-    before,
-    atCap,
-    after,
-    bytesPerRecord,
-    resultBytes,
-    recordOverheadBytes: bytesPerRecord - resultBytes,
+    title: `Memory after ${int(calls)} distinct keyed calls (default cap ${int(cap)}, retention 300 s)`,
+    how: 'The guard with the demo defaults in front of the charge, called directly; its own process, figures after global.gc().',
+    table: [
+      `executed ${int(executed)}, refused with idempotency_store_full ${int(refused)}, records stored ${int(store.size)} (${seconds.toFixed(1)} s)`,
+      table('after global.gc() | heap used | RSS', [
+        row('before (warm, nothing stored)', before),
+        row(`at the cap (${int(cap)} calls)`, atCap),
+        row(`after ${int(calls)} calls`, after),
+      ]),
+      `per record: ${int(bytesPerRecord)} B of heap = stored result ${int(resultBytes)} B + the record itself ${int(bytesPerRecord - resultBytes)} B`,
+    ].join('\n'),
+    checks: [
+      {
+        target: `memory bounded by the cap at ${int(calls)} keys (heap ≤ ${BOUNDED} × at the cap)`,
+        figure: `${int(store.size)} records; heap ${growth.toFixed(3)} × at the cap`,
+        met: store.size === cap && growth <= BOUNDED,
+      },
+    ],
+    figures: {
+      calls,
+      cap,
+      executed,
+      refused,
+      recordsStored: store.size,
+      seconds,
+      before,
+      atCap,
+      after,
+      bytesPerRecord,
+      resultBytes,
+    },
   };
 }
 
-/**
- * The heap one stored result takes: `count` results shaped exactly as the charge tool
- * returns them, each with its own text.
- */
-function storedResultBytes(count: number): number {
-  const held: unknown[] = new Array(count);
-  const before = sample().heapUsedBytes;
-  for (let i = 0; i < count; i++) {
-    const balance = 1_000_000 + i;
-    held[i] = {
-      content: [{ type: 'text', text: `Charged ${AMOUNT}. New balance: ${balance}` }],
-      structuredContent: { charged: AMOUNT, balance },
-    };
-  }
-  const after = sample().heapUsedBytes;
-  // The holding array's own slots (8 bytes each) are not part of a result.
-  const bytes = (after - before - 8 * count) / count;
-  if (held.length !== count) throw new Error('unreachable');
-  return bytes;
-}
-
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const calls = Number(process.argv[2] ?? 1_000_000);
-  reportResult(await main(calls));
-}
+await answerIfMain(import.meta.url, main);

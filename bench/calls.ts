@@ -1,0 +1,291 @@
+// --- What the benchmark calls: the demo server on each transport and store, in each era ---
+//
+// A `Server` is what clients connect to: the real McpServer and guard in this process, a stdio
+// server (one process per connection, as a stdio client spawns it), or one stateless HTTP server
+// process answering clients of both eras. Each comes in two speeds: a fast one (an instant
+// provider), and a slow one whose charge takes SLOW_CHARGE_MS, so an original can be held in
+// flight while its duplicates are answered "in progress". Same code; only the provider differs.
+
+import { randomUUID } from 'node:crypto';
+import { isDeepStrictEqual } from 'node:util';
+import type { Client } from '@modelcontextprotocol/client';
+import { callTool, type KeyedToolCall, type ToolCall } from '../idempotency/client.js';
+import {
+  DEFAULT_MAX_BYTES,
+  DEFAULT_MAX_RECORDS,
+  IdempotencyErrorType,
+  idempotencyErrorOf,
+  MemoryIdempotencyStore,
+} from '../idempotency/index.js';
+import { connectHttpClient, connectToServer, type Era, startHttpInstance } from '../launch.js';
+import { MemoryLedger } from '../ledger.js';
+import { connectInProcess } from '../test/support/in-process.js';
+import { type Outcome, timed, type Variant } from './harness.js';
+
+export type TransportName = 'in-process' | 'stdio' | 'http';
+export type StoreName = 'memory' | 'redis';
+
+/** The benchmark's tool and its small arguments: the demo's charge, one field. */
+export const TOOL = 'charge_guarded';
+export const AMOUNT = 1;
+
+/** What the charge tool answers, each with its own text: what a store holds per record. */
+export const chargeResult = (balance: number, charged = AMOUNT) => ({
+  content: [{ type: 'text', text: `Charged ${charged}. New balance: ${balance}` }],
+  structuredContent: { charged, balance },
+});
+
+/** One caller stands for all: its quota is the whole store's cap, counted on every claim, never refusing one. */
+export const ONE_CALLER_QUOTA = {
+  maxRecordsPerScope: DEFAULT_MAX_RECORDS,
+  maxBytesPerScope: DEFAULT_MAX_BYTES,
+};
+
+/** Outlasts a batch of in-progress calls (checked after each batch); every original ends before the run does. */
+export const SLOW_CHARGE_MS = 2_000;
+
+/** Far longer than a loopback request needs to reach the server; short next to SLOW_CHARGE_MS. */
+const ORIGINAL_HEAD_START_MS = 25;
+
+export interface Endpoint {
+  client: Client;
+  /** Between rounds: drop the server's collected log lines; over HTTP, take a fresh client. */
+  refresh(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface Server {
+  connect(era: Era): Promise<Endpoint>;
+  close(): Promise<void>;
+}
+
+/** A transport and store's two servers: the same code, an instant or a slow provider. */
+export interface ServerPair {
+  transport: TransportName;
+  store: StoreName;
+  fast: Server;
+  slow: Server;
+}
+
+/** Where Redis stores keep their keys: a prefix of this run's own, then one per server. */
+export interface RedisTarget {
+  url: string;
+  prefix: string;
+}
+
+export const serverPrefix = (redis: RedisTarget, transport: TransportName, speed: 'fast' | 'slow') =>
+  `${redis.prefix}${transport}:${speed}:`;
+
+export async function openServer(
+  transport: TransportName,
+  store: StoreName,
+  speed: 'fast' | 'slow',
+  redis?: RedisTarget,
+): Promise<Server> {
+  const latencyMs = speed === 'slow' ? SLOW_CHARGE_MS : 0;
+  const args = [
+    '--charge-latency-ms',
+    String(latencyMs),
+    '--max-records-per-caller',
+    String(DEFAULT_MAX_RECORDS),
+  ];
+  args.push('--max-bytes-per-caller', String(DEFAULT_MAX_BYTES));
+  if (store === 'redis' && redis) {
+    args.push('--store', 'redis', '--redis-url', redis.url);
+    args.push('--redis-prefix', serverPrefix(redis, transport, speed));
+  }
+  const opened: Endpoint[] = [];
+  const server = (connect: (era: Era) => Promise<Endpoint>, stop = async () => {}): Server => ({
+    connect: async (era) => {
+      const endpoint = await connect(era);
+      opened.push(endpoint);
+      return endpoint;
+    },
+    close: async () => {
+      await Promise.allSettled(opened.map((endpoint) => endpoint.close()));
+      await stop();
+    },
+  });
+  if (transport === 'in-process') {
+    // Every connection its own McpServer sharing one store and ledger, as over HTTP; room for
+    // every keyed call a full run makes in process, throughput phases included.
+    const room = { ...ONE_CALLER_QUOTA, maxRecords: 10_000_000, maxRecordsPerScope: 10_000_000 };
+    const shared = { store: new MemoryIdempotencyStore(room), ledger: new MemoryLedger(latencyMs) };
+    return server(async (era) => {
+      const { client, decisions, close } = await connectInProcess({ ...shared, era });
+      return { client, refresh: async () => void decisions.splice(0), close };
+    });
+  }
+  if (transport === 'stdio') {
+    return server(async (era) => {
+      const { client, stderrLines, close } = await connectToServer(args, { era });
+      return { client, refresh: async () => void stderrLines.splice(0), close };
+    });
+  }
+  const instance = await startHttpInstance(args);
+  return server(async (era) => {
+    // The SDK's HTTP client passes one AbortSignal to every fetch, and undici leaves a listener
+    // on it per request until the request is collected: over thousands of calls every call gets
+    // slower. A fresh client each round keeps that cost as low as a real client's. The old one
+    // stays open: a slow original may still be waiting on it.
+    const retired: Client[] = [];
+    const endpoint: Endpoint = {
+      client: await connectHttpClient(instance.url, { era }),
+      refresh: async () => {
+        instance.stderrLines.splice(0);
+        retired.push(endpoint.client);
+        endpoint.client = await connectHttpClient(instance.url, { era });
+      },
+      close: async () => void (await Promise.allSettled([endpoint.client, ...retired].map((c) => c.close()))),
+    };
+    return endpoint;
+  }, instance.stop);
+}
+
+// --- The five kinds of tools/call, each answer checked to be what it says ---
+//
+// A figure must never come from the wrong path, so every timed call's answer is checked
+// (untimed) and a wrong one aborts the run: a "replay" that executed, a "conflict" that
+// replayed, an "in progress" whose original had already finished.
+
+export const VARIANT_NAMES = ['baseline', 'first', 'replay', 'conflict', 'inProgress'] as const;
+export type VariantName = (typeof VARIANT_NAMES)[number];
+
+export const VARIANT_LABEL: Record<string, string> = {
+  baseline: 'unkeyed (baseline)',
+  first: 'keyed first execution',
+  replay: 'keyed replay',
+  conflict: 'conflict answer',
+  inProgress: 'in-progress answer',
+};
+
+/** A wrong answer: the run stops, because the figure would belong to another path. */
+export class WrongAnswerError extends Error {
+  override name = 'WrongAnswerError';
+}
+
+/** Arguments the charge tool accepts: its `amount`, and whatever else (its schema strips the rest). */
+export type ChargeArguments = { amount: number } & Record<string, unknown>;
+
+/** @param args the arguments of every call; a conflict sends them with another amount */
+export function makeVariants(
+  fast: Endpoint,
+  slow: Endpoint,
+  where: string,
+  args: ChargeArguments = { amount: AMOUNT },
+): Record<VariantName, Variant> {
+  // The fast server's ledger only grows (other groups may charge it too): every execution must
+  // answer a higher balance than the one before, and a replay exactly the stored answer.
+  let balance = Number.NEGATIVE_INFINITY;
+  const fail = (name: VariantName, what: string, outcome: Outcome): never => {
+    const got = outcome.ok ? JSON.stringify(outcome.result) : String(outcome.error);
+    throw new WrongAnswerError(`${where}, ${VARIANT_LABEL[name]}: expected ${what}, got ${got}`);
+  };
+  const executed = (name: VariantName) => (outcome: Outcome) => {
+    const answer = Object(outcome.ok ? Reflect.get(Object(outcome.result), 'structuredContent') : undefined);
+    const now: unknown = Reflect.get(answer, 'balance');
+    if (Reflect.get(answer, 'charged') !== args.amount || typeof now !== 'number' || !(now > balance)) {
+      fail(name, `a new charge of ${args.amount} (balance above ${balance})`, outcome);
+    }
+    balance = Number(now);
+  };
+  const refused =
+    (name: VariantName, type: IdempotencyErrorType, key: () => string) => (outcome: Outcome) => {
+      const sep = outcome.ok ? undefined : idempotencyErrorOf(outcome.error);
+      if (sep?.type !== type || sep.idempotencyKey !== key()) fail(name, `the ${type} error`, outcome);
+    };
+  const charge = (endpoint: Endpoint, call: ToolCall | KeyedToolCall) => callTool(endpoint.client, call);
+  const keyed = (idempotencyKey: string, other = args) => ({ name: TOOL, arguments: other, idempotencyKey });
+  const variant = (name: VariantName, parts: Pick<Variant, 'call' | 'check'> & Partial<Variant>): Variant => {
+    const nothing = async () => {};
+    return { name, prepare: nothing, finish: nothing, settle: nothing, ...parts };
+  };
+
+  // First execution: a key never seen before, every call (made before the batch).
+  let fresh: string[] = [];
+  // Replay and conflict: a key executed once before each batch.
+  let stored: { key: string; result?: unknown } = { key: '' };
+  const storeOne = async () => {
+    const key = randomUUID();
+    const outcome = await timed(() => charge(fast, keyed(key)));
+    executed('first')(outcome);
+    stored = { key, result: outcome.ok ? outcome.result : undefined };
+  };
+  // In progress: an original on the slow server, still charging while its duplicates arrive.
+  const originals: Array<Promise<unknown>> = [];
+  let held = { key: '', done: false };
+  const inProgress: Variant = variant('inProgress', {
+    prepare: async () => {
+      const current = { key: randomUUID(), done: false };
+      held = current;
+      originals.push(charge(slow, keyed(current.key)).finally(() => Object.assign(current, { done: true })));
+      // Over HTTP the original and its duplicate travel on different connections: give the
+      // original a head start, or the duplicate could claim the key and become the original.
+      await new Promise((resolve) => setTimeout(resolve, ORIGINAL_HEAD_START_MS));
+      inProgress.check(await timed(() => charge(slow, keyed(current.key))));
+    },
+    call: () => charge(slow, keyed(held.key)),
+    check: refused('inProgress', IdempotencyErrorType.inProgress, () => held.key),
+    finish: async () => {
+      if (held.done) throw new WrongAnswerError(`${where}: an original ended before its duplicates did`);
+    },
+    settle: async () => void (await Promise.all(originals)),
+  });
+  return {
+    // No key: the guard steps aside, the tool runs every time.
+    baseline: variant('baseline', {
+      call: () => charge(fast, { name: TOOL, arguments: args }),
+      check: executed('baseline'),
+    }),
+    first: variant('first', {
+      prepare: async (calls) => {
+        fresh = Array.from({ length: calls }, () => randomUUID());
+      },
+      call: (i) => charge(fast, keyed(fresh[i] ?? '')),
+      check: executed('first'),
+    }),
+    replay: variant('replay', {
+      prepare: storeOne,
+      call: () => charge(fast, keyed(stored.key)),
+      check: (outcome) => {
+        if (!outcome.ok || !isDeepStrictEqual(outcome.result, stored.result))
+          fail('replay', 'the stored response', outcome);
+      },
+    }),
+    conflict: variant('conflict', {
+      prepare: storeOne,
+      call: () => charge(fast, keyed(stored.key, { ...args, amount: args.amount + 1 })),
+      check: refused('conflict', IdempotencyErrorType.conflict, () => stored.key),
+    }),
+    inProgress,
+  };
+}
+
+// --- Arguments of a given size, shaped like a real call's ---
+//
+// The fingerprint's cost depends on the arguments' shape as much as their size (keys to sort,
+// strings to escape, numbers to print): large ones are what a tool taking an order would get.
+
+/** Deterministic order-shaped arguments whose JSON is about `bytes` long (never shorter). */
+export function orderArgumentsOfSize(bytes: number): ChargeArguments {
+  const items: Array<Record<string, unknown>> = [];
+  const customer = { id: 'cus_4f9a2c', email: 'ada@example.com', name: 'Ada Lovelace' };
+  const order = { amount: 0, currency: 'EUR', customer, items };
+  for (let n = 1; JSON.stringify(order).length < bytes; n++) {
+    const [quantity, unitPrice] = [(n % 7) + 1, 100 + ((n * 7919) % 10_000)];
+    const description = `Line item ${n}: analytical engine parts, “Übergröße” ${'★'.repeat(n % 3)}`;
+    const tags = ['hardware', n % 2 === 0 ? 'gift' : 'express'];
+    items.push({
+      sku: `SKU-${String(n).padStart(5, '0')}`,
+      description,
+      quantity,
+      unitPrice,
+      taxRate: 0.2,
+      tags,
+    });
+    order.amount += quantity * unitPrice;
+  }
+  return order;
+}
+
+export const jsonBytes = (value: unknown): number => Buffer.byteLength(JSON.stringify(value));

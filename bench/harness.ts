@@ -1,0 +1,193 @@
+// --- How the benchmark measures: interleaved rounds, summaries, reports, processes of their own ---
+//
+// Machine drift (another job starting, a CPU clocking down) must not land on one kind of call
+// only, or it would pass for the guard's cost. So a run is cut into rounds, and every round
+// times one batch of every variant of every group, in an order that rotates from round to
+// round; a variant's median and p99 are over all its rounds' samples, and its ratio is its
+// median over its group's baseline median, measured side by side in the same rounds.
+
+import { execFile } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { promisify } from 'node:util';
+import { z } from 'zod';
+
+/** Something timed call by call; `prepare` and `finish` around each batch and `check` after each call are untimed. */
+export interface Variant {
+  name: string;
+  prepare(calls: number): Promise<void>;
+  call(i: number): Promise<unknown>;
+  check(outcome: Outcome): void;
+  finish(): Promise<void>;
+  /** Waits for anything still in flight (a slow original); once, at the end. */
+  settle(): Promise<void>;
+}
+
+export type Outcome = { ok: true; result: unknown } | { ok: false; error: unknown };
+
+/** Variants compared with each other; the first is the baseline their ratios divide by. */
+export interface Group<Meta> {
+  meta: Meta;
+  variants: Variant[];
+  batchCalls: number;
+  warmupCalls: number;
+  /** After each round of this group: drop collected log lines, replace a client. */
+  afterRound?: () => Promise<void>;
+}
+
+export interface Summary {
+  samples: number;
+  medianUs: number;
+  p99Us: number;
+  /** Samples over the time they took together. */
+  callsPerSecond: number;
+}
+
+/** A variant's figures: its ratio to the baseline, and that ratio's lowest and highest round. */
+export type Row<Meta> = Meta & Summary & { variant: string; ratio: number; roundRatio: [number, number] };
+
+class Cell {
+  readonly samples: number[] = [];
+  readonly roundMedians: number[] = [];
+  constructor(readonly variant: Variant) {}
+}
+
+export async function interleave<Meta>(
+  groups: ReadonlyArray<Group<Meta>>,
+  rounds: number,
+  progress: (line: string) => void = () => {},
+): Promise<Array<Row<Meta>>> {
+  const cells = groups.map((group) => group.variants.map((variant) => new Cell(variant)));
+  try {
+    for (const [g, group] of groups.entries()) {
+      for (const cell of cells[g] ?? []) await timeBatch(cell.variant, group.warmupCalls);
+      await group.afterRound?.();
+    }
+    for (let round = 0; round < rounds; round++) {
+      const started = performance.now();
+      for (const g of rotate([...groups.keys()], round)) {
+        for (const cell of rotate(cells[g] ?? [], round)) {
+          const samples = await timeBatch(cell.variant, groups[g]?.batchCalls ?? 0);
+          cell.samples.push(...samples);
+          cell.roundMedians.push(quantile(samples, 0.5));
+        }
+        await groups[g]?.afterRound?.();
+      }
+      progress(`round ${round + 1}/${rounds} (${((performance.now() - started) / 1000).toFixed(1)} s)`);
+    }
+  } finally {
+    await Promise.allSettled(cells.flat().map((cell) => cell.variant.settle()));
+  }
+  return groups.flatMap((group, g) => {
+    const baseline = cells[g]?.[0];
+    return (cells[g] ?? []).map((cell) => {
+      const summary = summarize(cell.samples);
+      const perRound = cell.roundMedians.map((us, r) => us / (baseline?.roundMedians[r] ?? Number.NaN));
+      const ratio = summary.medianUs / quantile(baseline?.samples ?? [], 0.5);
+      return { ...group.meta, variant: cell.variant.name, ...summary, ratio, roundRatio: extent(perRound) };
+    });
+  });
+}
+
+async function timeBatch(variant: Variant, calls: number): Promise<number[]> {
+  const samples: number[] = [];
+  await variant.prepare(calls);
+  for (let i = 0; i < calls; i++) variant.check(await timed(() => variant.call(i), samples));
+  await variant.finish();
+  return samples;
+}
+
+/** Runs `call`, pushing its duration in µs (answered or thrown alike) onto `samples`. */
+export async function timed(call: () => Promise<unknown>, samples: number[] = []): Promise<Outcome> {
+  const started = performance.now();
+  let outcome: Outcome;
+  try {
+    outcome = { ok: true, result: await call() };
+  } catch (error) {
+    outcome = { ok: false, error };
+  }
+  samples.push((performance.now() - started) * 1000);
+  return outcome;
+}
+
+/** The items starting at `by` (mod length): each round starts with a different one. */
+export function rotate<T>(items: readonly T[], by: number): T[] {
+  const start = items.length === 0 ? 0 : by % items.length;
+  return [...items.slice(start), ...items.slice(0, start)];
+}
+
+/** Nearest-rank quantile (q in 0..1). */
+export function quantile(values: readonly number[], q: number): number {
+  const sorted = Float64Array.from(values).sort();
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))] ?? Number.NaN;
+}
+
+const extent = (values: number[]): [number, number] => [Math.min(...values), Math.max(...values)];
+
+export function summarize(samplesUs: readonly number[]): Summary {
+  const total = samplesUs.reduce((sum, us) => sum + us, 0);
+  const [medianUs, p99Us] = [quantile(samplesUs, 0.5), quantile(samplesUs, 0.99)];
+  return { samples: samplesUs.length, medianUs, p99Us, callsPerSecond: (samplesUs.length * 1e6) / total };
+}
+
+// --- What a question answers: a table for stdout, its targets (reported, never asserted), its figures ---
+
+const Check = z.object({ target: z.string(), figure: z.string(), met: z.boolean() });
+export type Check = z.infer<typeof Check>;
+export const Report = z.object({
+  title: z.string(),
+  how: z.string(),
+  table: z.string(),
+  checks: z.array(Check),
+  /** Everything measured, for bench/results/latest.json. */
+  figures: z.unknown(),
+});
+export type Report = z.infer<typeof Report>;
+
+/** A plain-text table (headers separated by " | "); a column whose cells all read as numbers is right-aligned. */
+export function table(header: string, rows: string[][]): string {
+  const headers = header.split(' | ');
+  const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((row) => (row[i] ?? '').length)));
+  const numeric = headers.map((_, i) => rows.every((row) => /^[-\d.,×% ]*$/.test(row[i] ?? '')));
+  const line = (cells: string[]) =>
+    cells
+      .map((cell, i) => (numeric[i] ? cell.padStart(widths[i] ?? 0) : cell.padEnd(widths[i] ?? 0)))
+      .join('  ')
+      .trimEnd();
+  return [line(headers), line(widths.map((w) => '-'.repeat(w))), ...rows.map(line)].join('\n');
+}
+
+export const us = (value: number): string => (value >= 100 ? value.toFixed(0) : value.toFixed(1));
+export const int = (value: number): string => Math.round(value).toLocaleString('en');
+export const mb = (bytes: number): string => `${(bytes / 1e6).toFixed(1)} MB`;
+export const yesNo = (met: boolean): string => (met ? 'yes' : 'NO');
+
+// --- Questions that need a process of their own ---
+//
+// Memory is measured after `global.gc()` (`--expose-gc`) in a process that holds nothing else;
+// a million stored records must not slow what is measured after them; the decision log line is
+// written to a pipe, as a server's stderr is. Such a question runs as
+// `node <flags> --import tsx bench/<file> <args>` and prints its Report as one prefixed JSON line.
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+const REPORT_PREFIX = 'BENCH-REPORT ';
+
+/** In a question's own process: `answer` runs if this file is the one node was started with. */
+export async function answerIfMain(url: string, answer: (args: number[]) => Promise<Report>): Promise<void> {
+  if (process.argv[1] === undefined || url !== pathToFileURL(process.argv[1]).href) return;
+  const report = await answer(process.argv.slice(2).map(Number));
+  process.stdout.write(`${REPORT_PREFIX}${JSON.stringify(report)}\n`);
+}
+
+export async function runChild(file: string, args: number[], nodeFlags: string[]): Promise<Report> {
+  const script = [...nodeFlags, '--import', 'tsx', join(HERE, file), ...args.map(String)];
+  // Both pipes are read as they fill, so a child writing its stderr never blocks on them.
+  const ran = await promisify(execFile)(process.execPath, script, {
+    cwd: join(HERE, '..'),
+    maxBuffer: 2 ** 30,
+  }).catch((error: unknown) => {
+    throw new Error(`${file} failed: ${String(Reflect.get(Object(error), 'stderr')).slice(-8_000)}`);
+  });
+  const line = ran.stdout.split('\n').find((l) => l.startsWith(REPORT_PREFIX)) ?? '';
+  return Report.parse(JSON.parse(line.slice(REPORT_PREFIX.length)));
+}

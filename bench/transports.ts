@@ -1,0 +1,119 @@
+// --- What does a keyed call cost over each transport, store and protocol era? ---
+//
+// One client per group, one call at a time, every group's five kinds of call interleaved in the
+// same rounds (harness.ts); a ratio is a median over the unkeyed median of the same group. Stdio
+// and HTTP are measured in both eras a server answers: 2026-07-28 (`server/discover`, an envelope
+// on every request) and 2025-11-25 (initialize, then calls). One more group sends 100 KB
+// arguments over stdio: the fingerprint's share of a real round trip.
+
+import {
+  LEGACY_PROTOCOL_VERSION as LEGACY,
+  MODERN_PROTOCOL_VERSION as MODERN,
+} from '../idempotency/client.js';
+import type { Era } from '../launch.js';
+import {
+  AMOUNT,
+  jsonBytes,
+  makeVariants,
+  orderArgumentsOfSize,
+  type ServerPair,
+  SLOW_CHARGE_MS,
+  type StoreName,
+  type TransportName,
+  VARIANT_LABEL,
+} from './calls.js';
+import { type Group, interleave, type Report, type Row, table, us, type Variant, yesNo } from './harness.js';
+
+export interface TransportPlan {
+  rounds: number;
+  /** Timed calls per variant per round, and untimed ones before the first round. */
+  batchCalls: Record<TransportName | '100 KB', number>;
+  warmupCalls: Record<TransportName | '100 KB', number>;
+}
+
+type CallGroup = { transport: TransportName; store: StoreName; era: Era; arguments: string };
+
+const SETUPS: ReadonlyArray<[TransportName, StoreName, Era]> = [
+  ['in-process', 'memory', MODERN],
+  ['stdio', 'memory', MODERN],
+  ['stdio', 'memory', LEGACY],
+  ['stdio', 'redis', MODERN],
+  ['http', 'memory', MODERN],
+  ['http', 'memory', LEGACY],
+  ['http', 'redis', MODERN],
+  ['http', 'redis', LEGACY],
+];
+
+/** The targets are for the memory store: with Redis a keyed call adds round trips, held to their count (redis.ts). */
+const TARGETS: Record<TransportName, Record<string, number | undefined>> = {
+  'in-process': { first: 1.1, replay: 1.0 },
+  stdio: { first: 1.05, replay: 1.0 },
+  http: { first: 1.05, replay: 1.0 },
+};
+
+export async function measureTransports(
+  servers: (transport: TransportName, store: StoreName) => Promise<ServerPair | undefined>,
+  plan: TransportPlan,
+  progress: (line: string) => void,
+): Promise<Report> {
+  const groups: Array<Group<CallGroup>> = [];
+  const large = orderArgumentsOfSize(100 * 1_024);
+  for (const [transport, store, era] of SETUPS) {
+    const pair = await servers(transport, store);
+    if (!pair) continue; // no Redis: said in the report
+    const [fast, slow] = await Promise.all([pair.fast.connect(era), pair.slow.connect(era)]);
+    const where = `${transport}, ${store} store, ${era}`;
+    const afterRound = async () => void (await Promise.all([fast.refresh(), slow.refresh()]));
+    const group = (size: TransportName | '100 KB', meta: CallGroup, variants: Variant[]) => {
+      groups.push({
+        meta,
+        variants,
+        batchCalls: plan.batchCalls[size],
+        warmupCalls: plan.warmupCalls[size],
+        afterRound,
+      });
+    };
+    const meta = { transport, store, era, arguments: `{"amount":${AMOUNT}}` };
+    group(transport, meta, Object.values(makeVariants(fast, slow, where)));
+    if (transport === 'stdio' && store === 'memory' && era === MODERN) {
+      const { baseline, first } = makeVariants(fast, slow, `${where}, 100 KB`, large);
+      group('100 KB', { ...meta, arguments: `100 KB (${jsonBytes(large)} B)` }, [baseline, first]);
+    }
+  }
+  const rows = await interleave(groups, plan.rounds, progress);
+  const targetOf = (row: Row<CallGroup>) =>
+    row.store === 'memory' && row.arguments.startsWith('{') ? TARGETS[row.transport][row.variant] : undefined;
+  const counts = (by: Record<string, number>) => Object.entries(by).map(([name, n]) => `${name} ${n}`);
+  const noRedis = (await servers('stdio', 'redis'))
+    ? ''
+    : '\nRedis skipped: install redis-server or set REDIS_URL.';
+  return {
+    title: 'Per-call latency of tools/call, by transport, store and protocol era',
+    how:
+      `${plan.rounds} interleaved rounds of ${counts(plan.batchCalls).join(', ')} timed calls per variant ` +
+      `(after ${counts(plan.warmupCalls).join(', ')} warm-up calls); one client, one call at a time.\n` +
+      'ratio = median / the unkeyed median of the same group; by round: its lowest and highest round.\n' +
+      `In progress: the original runs on an identical server whose charge takes ${SLOW_CHARGE_MS} ms.${noRedis}`,
+    table: table(
+      'transport | store | era | arguments | variant | median µs | p99 µs | ratio | by round | target',
+      rows.map((row) => {
+        const target = targetOf(row);
+        const [low, high] = row.roundRatio.map((ratio) => ratio.toFixed(2));
+        return [
+          ...[row.transport, row.store, row.era, row.arguments, VARIANT_LABEL[row.variant] ?? row.variant],
+          ...[us(row.medianUs), us(row.p99Us), row.ratio.toFixed(3), `${low}–${high}`],
+          target === undefined ? '' : `≤ ${target.toFixed(2)} ${yesNo(row.ratio <= target)}`,
+        ];
+      }),
+    ),
+    checks: rows.flatMap((row) => {
+      const target = targetOf(row);
+      const what = `${row.transport}, ${row.store}, ${row.era}, ${VARIANT_LABEL[row.variant]}`;
+      const figure = `${row.ratio.toFixed(3)} × (${row.medianUs.toFixed(1)} µs)`;
+      return target === undefined
+        ? []
+        : [{ target: `${what} ≤ ${target} × unkeyed`, figure, met: row.ratio <= target }];
+    }),
+    figures: rows,
+  };
+}
