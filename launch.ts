@@ -37,6 +37,13 @@ export const ERAS: readonly Era[] = [MODERN_PROTOCOL_VERSION, LEGACY_PROTOCOL_VE
 
 const CLIENT_INFO = { name: 'sep-3182-client-demo', version: '0.1.0' };
 
+/**
+ * Servers started from here write each decision line at once (`--log-flush-ms 0`): the demo
+ * narrates, and the tests read, every decision as the call it belongs to is answered. A server
+ * started by hand batches them (log.ts), and the benchmark measures it that way.
+ */
+const LOG_AT_ONCE = ['--log-flush-ms', '0'];
+
 /** The user, as a client asks them a server's question (form elicitation). */
 export type AskUser = (request: ElicitRequest['params']) => Promise<ElicitResult>;
 
@@ -130,7 +137,7 @@ export async function connectToServer(
 ): Promise<ServerConnection> {
   const transport = new StdioClientTransport({
     command: process.execPath,
-    args: ['--import', 'tsx', join(HERE, script), ...args],
+    args: ['--import', 'tsx', join(HERE, script), ...LOG_AT_ONCE, ...args],
     cwd: HERE,
     env: getDefaultEnvironment(),
     stderr: 'pipe',
@@ -172,7 +179,7 @@ export async function startHttpInstance(
 ): Promise<HttpInstance> {
   const child = spawn(
     process.execPath,
-    ['--import', 'tsx', join(HERE, 'server.ts'), '--http', '--port', '0', ...args],
+    ['--import', 'tsx', join(HERE, 'server.ts'), '--http', '--port', '0', ...LOG_AT_ONCE, ...args],
     {
       cwd: HERE,
       env: { DEMO_REQUEST_STATE_KEY: FLEET_REQUEST_STATE_KEY, ...process.env, ...env },

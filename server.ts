@@ -44,7 +44,11 @@ import {
 } from './idempotency/redis-store.js';
 import { installIdempotencyGuard, verifyGuardSeesKeys } from './idempotency/sdk-v2.js';
 import { type Ledger, MemoryLedger, RedisLedger } from './ledger.js';
+import { batchDecisionLines, DEFAULT_LOG_FLUSH_MS, log, logDecision, reportSdkError } from './log.js';
 import { serveStdio } from './stdio.js';
+
+// The decision log, where the benchmark and the v1 test server take it from.
+export { logDecision } from './log.js';
 
 export const SERVER_INFO = { name: 'sep-3182-idempotency-demo', version: '0.1.0' };
 
@@ -327,6 +331,7 @@ export interface ServerConfig {
   maxRecordsPerCaller: number;
   maxBytesPerCaller: number;
   leaseMs: number;
+  logFlushMs: number;
 }
 
 const USAGE = `Usage: tsx server.ts [options]
@@ -343,6 +348,8 @@ const USAGE = `Usage: tsx server.ts [options]
   --max-records-per-caller N  quota of live records per caller, either store (default ${DEFAULT_MAX_RECORDS_PER_SCOPE})
   --max-bytes-per-caller N    quota of stored response characters per caller (default ${DEFAULT_MAX_BYTES_PER_SCOPE})
   --in-progress-lease-ms N  how long an unfinished claim holds its key (default ${DEFAULT_LEASE_MS})
+  --log-flush-ms N          how long a decision log line may wait to be written with others
+                            (default ${DEFAULT_LOG_FLUSH_MS}; 0 writes each at once)
 Environment: DEMO_BEARER_TOKENS requires bearer auth over HTTP: comma-separated principal:token
   (every scope) or principal:token:scope+scope, e.g. "alice:token-a,alice:token-r:read,bob:token-b".
   Scopes: ${Object.values(DEMO_SCOPES).join(', ')} (charge_* need charge, refund_order refund,
@@ -368,6 +375,7 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
       'max-records-per-caller': { type: 'string', default: String(DEFAULT_MAX_RECORDS_PER_SCOPE) },
       'max-bytes-per-caller': { type: 'string', default: String(DEFAULT_MAX_BYTES_PER_SCOPE) },
       'in-progress-lease-ms': { type: 'string', default: String(DEFAULT_LEASE_MS) },
+      'log-flush-ms': { type: 'string', default: String(DEFAULT_LOG_FLUSH_MS) },
     },
   });
   const store = values.store;
@@ -391,6 +399,7 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
     maxRecordsPerCaller: integerOption('--max-records-per-caller', values['max-records-per-caller'], 1),
     maxBytesPerCaller: integerOption('--max-bytes-per-caller', values['max-bytes-per-caller'], 1),
     leaseMs: integerOption('--in-progress-lease-ms', values['in-progress-lease-ms'], 1),
+    logFlushMs: integerOption('--log-flush-ms', values['log-flush-ms'], 0),
   };
 }
 
@@ -400,20 +409,6 @@ function integerOption(name: string, raw: string, min: number): number {
     throw new Error(`${name} must be an integer ≥ ${min}, got "${raw}"`);
   }
   return value;
-}
-
-/** One JSON line per keyed decision on stderr; stdout belongs to the protocol. */
-export function logDecision(event: DecisionEvent): void {
-  log({ time: new Date().toISOString(), event: 'idempotency', ...event });
-}
-
-/** What the SDK reports without answering it (a dropped message, a failed write). */
-function reportSdkError(error: Error): void {
-  log({ time: new Date().toISOString(), event: 'sdk', error: error.message });
-}
-
-function log(entry: Record<string, unknown>): void {
-  process.stderr.write(`${JSON.stringify(entry)}\n`);
 }
 
 /** The dedup store and the ledger: both in this process, or both shared in Redis. */
@@ -460,6 +455,7 @@ async function main(): Promise<void> {
     process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n${USAGE}\n`);
     process.exit(2);
   }
+  batchDecisionLines(config.logFlushMs);
   await verifyGuardSeesKeys();
   const backends = await openBackends(config);
   const claims = new ClaimsInFlight(backends.store);

@@ -69,7 +69,14 @@ export class RawStdioPeer {
   }
 
   private static spawn(args: string[]): ChildProcessWithoutNullStreams {
-    return spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'server.ts'), ...args], { cwd: ROOT });
+    // Each decision line written at once, as the launchers do (launch.ts): the tests read them.
+    return spawn(
+      process.execPath,
+      ['--import', 'tsx', join(ROOT, 'server.ts'), '--log-flush-ms', '0', ...args],
+      {
+        cwd: ROOT,
+      },
+    );
   }
 
   writeLine(line: string): void {

@@ -10,6 +10,7 @@ import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js'
 import { MemoryIdempotencyStore } from '../../idempotency/index.js';
 import { installIdempotencyGuard, verifyGuardSeesKeys } from '../../idempotency/sdk-v1.js';
 import { MemoryLedger } from '../../ledger.js';
+import { batchDecisionLines } from '../../log.js';
 import {
   logDecision,
   parseServerArgs,
@@ -19,6 +20,7 @@ import {
 } from '../../server.js';
 
 const config = parseServerArgs(process.argv.slice(2));
+batchDecisionLines(config.logFlushMs);
 await verifyGuardSeesKeys();
 
 const store = new MemoryIdempotencyStore({ maxRecords: config.maxRecords });
