@@ -6,9 +6,10 @@ import { randomUUID } from 'node:crypto';
 import type { Client } from '@modelcontextprotocol/client';
 import type { RedisClientType } from '@redis/client';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { callTool } from '../../idempotency/client.js';
+import { callTool, MODERN_PROTOCOL_VERSION } from '../../idempotency/client.js';
 import { IdempotencyErrorType, idempotencyErrorOf } from '../../idempotency/index.js';
-import { balanceOf, resetLedger } from '../../launch.js';
+import { balanceOf, ERAS, postModern, resetLedger } from '../../launch.js';
+import { jsonRpcText } from './hostile.js';
 import { connectHttpClient, type HttpInstance, startHttpInstance } from './http.js';
 import { commandsDuring, uniqueKeyPrefix } from './redis.js';
 import { textOf } from './sep-cases.js';
@@ -30,7 +31,7 @@ export function describeTwoInstances(where: string, redis: SharedRedis | undefin
       if (!redis) throw new Error('unreachable: skipped without Redis');
       return redis;
     };
-    const tokens = { alice: 'token-a', bob: 'token-b' };
+    const tokens = { alice: 'token-a', aliceReadOnly: 'token-r', bob: 'token-b' };
     const prefix = uniqueKeyPrefix('scale');
     let a: HttpInstance;
     let b: HttpInstance;
@@ -42,7 +43,9 @@ export function describeTwoInstances(where: string, redis: SharedRedis | undefin
     };
 
     beforeAll(async () => {
-      const env = { DEMO_BEARER_TOKENS: `alice:${tokens.alice},bob:${tokens.bob}` };
+      const env = {
+        DEMO_BEARER_TOKENS: `alice:${tokens.alice},alice:${tokens.aliceReadOnly}:read,bob:${tokens.bob}`,
+      };
       const args = [...shared().args(prefix), '--charge-latency-ms', String(CHARGE_MS)];
       [a, b] = await Promise.all([startHttpInstance(args, env), startHttpInstance(args, env)]);
     });
@@ -110,6 +113,42 @@ export function describeTwoInstances(where: string, redis: SharedRedis | undefin
         `20 concurrent duplicates on ${where}: ${executions(call.idempotencyKey)} execution, ` +
           `${results.length} answered with the charge, ${errors.length} in progress`,
       );
+    });
+
+    // SEP: "A replayed response MUST still be subject to whatever authorization check would
+    // ordinarily govern access to it." Alice's scope changes between her call on A and her retry on B.
+    describe.each(ERAS)('authorization at replay time, %s', (era) => {
+      const send = (instance: HttpInstance, token: string, params: Record<string, unknown>) => {
+        const authorization = `Bearer ${token}`;
+        if (era === MODERN_PROTOCOL_VERSION) {
+          return postModern(instance.url, { id: 1, method: 'tools/call', params }, undefined, {
+            authorization,
+          });
+        }
+        return fetch(instance.url, {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            accept: 'application/json, text/event-stream',
+            authorization,
+          },
+          body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params }),
+        });
+      };
+
+      it('refuses her retry on B with a token that may only read; the one that may charge still replays', async () => {
+        const params = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: randomUUID() };
+        const charged = JSON.parse(await jsonRpcText(await send(a, tokens.alice, params)));
+        expect(charged.result.structuredContent).toStrictEqual({ charged: 100, balance: 100 });
+        const refused = await send(b, tokens.aliceReadOnly, params);
+        expect(refused.status).toBe(403);
+        expect(refused.headers.get('www-authenticate')).toMatch(/^Bearer error="insufficient_scope"/);
+        expect(await refused.text()).not.toContain('Charged');
+        expect(executions(params.idempotencyKey)).toBe(1);
+        const replayed = JSON.parse(await jsonRpcText(await send(b, tokens.alice, params)));
+        expect(replayed.result).toStrictEqual(charged.result);
+        expect(await balanceOf(await connect(a, tokens.alice))).toBe(100);
+      });
     });
 
     it('keeps each principal’s records apart across instances', async () => {
