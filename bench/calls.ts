@@ -9,6 +9,7 @@
 import { randomUUID } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
 import type { Client } from '@modelcontextprotocol/client';
+import { z } from 'zod';
 import { callTool, type KeyedToolCall, type ToolCall } from '../idempotency/client.js';
 import {
   DEFAULT_MAX_BYTES,
@@ -148,8 +149,7 @@ export async function openServer(
 // (untimed) and a wrong one aborts the run: a "replay" that executed, a "conflict" that
 // replayed, an "in progress" whose original had already finished.
 
-export const VARIANT_NAMES = ['baseline', 'first', 'replay', 'conflict', 'inProgress'] as const;
-export type VariantName = (typeof VARIANT_NAMES)[number];
+export type VariantName = 'baseline' | 'first' | 'replay' | 'conflict' | 'inProgress';
 
 export const VARIANT_LABEL: Record<string, string> = {
   baseline: 'unkeyed (baseline)',
@@ -163,6 +163,12 @@ export const VARIANT_LABEL: Record<string, string> = {
 export class WrongAnswerError extends Error {
   override name = 'WrongAnswerError';
 }
+
+const Charge = z.object({ structuredContent: z.object({ charged: z.number(), balance: z.number() }) });
+
+/** What a call charged, if it answered the charge tool's result. */
+export const chargeOf = (outcome: Outcome) =>
+  outcome.ok ? Charge.safeParse(outcome.result).data?.structuredContent : undefined;
 
 /** Arguments the charge tool accepts: its `amount`, and whatever else (its schema strips the rest). */
 export type ChargeArguments = { amount: number } & Record<string, unknown>;
@@ -182,12 +188,11 @@ export function makeVariants(
     throw new WrongAnswerError(`${where}, ${VARIANT_LABEL[name]}: expected ${what}, got ${got}`);
   };
   const executed = (name: VariantName) => (outcome: Outcome) => {
-    const answer = Object(outcome.ok ? Reflect.get(Object(outcome.result), 'structuredContent') : undefined);
-    const now: unknown = Reflect.get(answer, 'balance');
-    if (Reflect.get(answer, 'charged') !== args.amount || typeof now !== 'number' || !(now > balance)) {
-      fail(name, `a new charge of ${args.amount} (balance above ${balance})`, outcome);
+    const charge = chargeOf(outcome);
+    if (charge?.charged !== args.amount || !(charge.balance > balance)) {
+      return fail(name, `a new charge of ${args.amount} (balance above ${balance})`, outcome);
     }
-    balance = Number(now);
+    balance = charge.balance;
   };
   const refused =
     (name: VariantName, type: IdempotencyErrorType, key: () => string) => (outcome: Outcome) => {
