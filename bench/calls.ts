@@ -201,10 +201,6 @@ export function makeVariants(
     };
   const charge = (endpoint: Endpoint, call: ToolCall | KeyedToolCall) => callTool(endpoint.client, call);
   const keyed = (idempotencyKey: string, other = args) => ({ name: TOOL, arguments: other, idempotencyKey });
-  const variant = (name: VariantName, parts: Pick<Variant, 'call' | 'check'> & Partial<Variant>): Variant => {
-    const nothing = async () => {};
-    return { name, prepare: nothing, finish: nothing, settle: nothing, ...parts };
-  };
 
   // First execution: a key never seen before, every call (made before the batch).
   let fresh: string[] = [];
@@ -219,7 +215,8 @@ export function makeVariants(
   // In progress: an original on the slow server, still charging while its duplicates arrive.
   const originals: Array<Promise<unknown>> = [];
   let held = { key: '', done: false };
-  const inProgress: Variant = variant('inProgress', {
+  const inProgress: Variant = {
+    name: 'inProgress',
     prepare: async () => {
       const current = { key: randomUUID(), done: false };
       held = current;
@@ -235,33 +232,37 @@ export function makeVariants(
       if (held.done) throw new WrongAnswerError(`${where}: an original ended before its duplicates did`);
     },
     settle: async () => void (await Promise.all(originals)),
-  });
+  };
   return {
     // No key: the guard steps aside, the tool runs every time.
-    baseline: variant('baseline', {
+    baseline: {
+      name: 'baseline',
       call: () => charge(fast, { name: TOOL, arguments: args }),
       check: executed('baseline'),
-    }),
-    first: variant('first', {
+    },
+    first: {
+      name: 'first',
       prepare: async (calls) => {
         fresh = Array.from({ length: calls }, () => randomUUID());
       },
       call: (i) => charge(fast, keyed(fresh[i] ?? '')),
       check: executed('first'),
-    }),
-    replay: variant('replay', {
+    },
+    replay: {
+      name: 'replay',
       prepare: storeOne,
       call: () => charge(fast, keyed(stored.key)),
       check: (outcome) => {
         if (!outcome.ok || !isDeepStrictEqual(outcome.result, stored.result))
           fail('replay', 'the stored response', outcome);
       },
-    }),
-    conflict: variant('conflict', {
+    },
+    conflict: {
+      name: 'conflict',
       prepare: storeOne,
       call: () => charge(fast, keyed(stored.key, { ...args, amount: args.amount + 1 })),
       check: refused('conflict', IdempotencyErrorType.conflict, () => stored.key),
-    }),
+    },
     inProgress,
   };
 }
@@ -280,14 +281,8 @@ export function orderArgumentsOfSize(bytes: number): ChargeArguments {
     const [quantity, unitPrice] = [(n % 7) + 1, 100 + ((n * 7919) % 10_000)];
     const description = `Line item ${n}: analytical engine parts, “Übergröße” ${'★'.repeat(n % 3)}`;
     const tags = ['hardware', n % 2 === 0 ? 'gift' : 'express'];
-    items.push({
-      sku: `SKU-${String(n).padStart(5, '0')}`,
-      description,
-      quantity,
-      unitPrice,
-      taxRate: 0.2,
-      tags,
-    });
+    const sku = `SKU-${String(n).padStart(5, '0')}`;
+    items.push({ sku, description, quantity, unitPrice, taxRate: 0.2, tags });
     order.amount += quantity * unitPrice;
   }
   return order;

@@ -22,20 +22,11 @@ import { logDecision } from '../server.js';
 import { AMOUNT, chargeResult, jsonBytes, orderArgumentsOfSize, TOOL, WrongAnswerError } from './calls.js';
 import { answerIfMain, type Report, rotate, summarize, table } from './harness.js';
 
-interface Piece {
-  piece: string;
-  input: string;
-  run: (params: unknown) => unknown;
-  /** Made per call, outside the timed region (a fresh key, a fresh parse). */
-  params?: () => unknown;
+/** A piece to time: `params`, when given, are made per call outside the timed region (a fresh key, a fresh parse). */
+function piece(piece: string, input: string, run: (params: unknown) => unknown, params?: () => unknown) {
+  return { piece, input, run, params };
 }
-
-const piece = (piece: string, input: string, run: Piece['run'], params?: Piece['params']): Piece => ({
-  piece,
-  input,
-  run,
-  params,
-});
+type Piece = ReturnType<typeof piece>;
 
 const SMALL = { amount: AMOUNT };
 const NOOP_RESULT: JsonObject = chargeResult(AMOUNT);

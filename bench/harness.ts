@@ -15,12 +15,12 @@ import { z } from 'zod';
 /** Something timed call by call; `prepare` and `finish` around each batch and `check` after each call are untimed. */
 export interface Variant {
   name: string;
-  prepare(calls: number): Promise<void>;
+  prepare?(calls: number): Promise<void>;
   call(i: number): Promise<unknown>;
   check(outcome: Outcome): void;
-  finish(): Promise<void>;
+  finish?(): Promise<void>;
   /** Waits for anything still in flight (a slow original); once, at the end. */
-  settle(): Promise<void>;
+  settle?(): Promise<void>;
 }
 
 export type Outcome = { ok: true; result: unknown } | { ok: false; error: unknown };
@@ -30,7 +30,6 @@ export interface Group<Meta> {
   meta: Meta;
   variants: Variant[];
   batchCalls: number;
-  warmupCalls: number;
   /** After each round of this group: drop collected log lines, replace a client. */
   afterRound?: () => Promise<void>;
 }
@@ -44,9 +43,10 @@ export interface Summary {
 /** A variant's figures, and its median over its group's baseline median. */
 export type Row<Meta> = Meta & Summary & { variant: string; ratio: number };
 
+/** Rounds before `rounds` are warm-up, their samples dropped. */
 export async function interleave<Meta>(
   groups: ReadonlyArray<Group<Meta>>,
-  rounds: number,
+  { rounds, warmupRounds }: { rounds: number; warmupRounds: number },
   progress: (line: string) => void = () => {},
 ): Promise<Array<Row<Meta>>> {
   const cells = groups.map((group) => ({
@@ -54,12 +54,11 @@ export async function interleave<Meta>(
     variants: group.variants.map((variant) => ({ variant, samples: [] as number[] })),
   }));
   try {
-    // Round -1 is the warm-up, its samples dropped.
-    for (let round = -1; round < rounds; round++) {
+    for (let round = -warmupRounds; round < rounds; round++) {
       const started = performance.now();
-      for (const { group, variants } of rotate(cells, round + 1)) {
-        for (const { variant, samples } of rotate(variants, round + 1)) {
-          const batch = await timeBatch(variant, round < 0 ? group.warmupCalls : group.batchCalls);
+      for (const { group, variants } of rotate(cells, round + warmupRounds)) {
+        for (const { variant, samples } of rotate(variants, round + warmupRounds)) {
+          const batch = await timeBatch(variant, group.batchCalls);
           if (round >= 0) samples.push(...batch);
         }
         await group.afterRound?.();
@@ -68,7 +67,7 @@ export async function interleave<Meta>(
       if (round >= 0) progress(`round ${round + 1}/${rounds} (${seconds} s)`);
     }
   } finally {
-    await Promise.allSettled(groups.flatMap((group) => group.variants.map((variant) => variant.settle())));
+    await Promise.allSettled(groups.flatMap((group) => group.variants.map((variant) => variant.settle?.())));
   }
   return cells.flatMap(({ group, variants }) => {
     const baseline = quantile(variants[0]?.samples ?? [], 0.5);
@@ -81,9 +80,9 @@ export async function interleave<Meta>(
 
 async function timeBatch(variant: Variant, calls: number): Promise<number[]> {
   const samples: number[] = [];
-  await variant.prepare(calls);
+  await variant.prepare?.(calls);
   for (let i = 0; i < calls; i++) variant.check(await timed(() => variant.call(i), samples));
-  await variant.finish();
+  await variant.finish?.();
   return samples;
 }
 

@@ -27,11 +27,11 @@ export async function measureRoundTrips(
     for (const name of ['first', 'replay', 'conflict', 'inProgress'] as const) {
       const variant = variants[name];
       const prefix = serverPrefix(keys, 'stdio', name === 'inProgress' ? 'slow' : 'fast');
-      await variant.prepare(calls);
+      await variant.prepare?.(calls);
       const { commands } = await commandsDuring([redis.admin], `${prefix}idem:`, async () => {
         for (let i = 0; i < calls; i++) variant.check(await timed(() => variant.call(i)));
       });
-      await variant.finish();
+      await variant.finish?.();
       const sent: Record<string, number> = {};
       for (const command of commands) sent[command] = (sent[command] ?? 0) + 1 / calls;
       const perCall = commands.length / calls;
@@ -45,7 +45,7 @@ export async function measureRoundTrips(
       });
     }
   } finally {
-    await Promise.allSettled(Object.values(variants).map((variant) => variant.settle()));
+    await Promise.allSettled(Object.values(variants).map((variant) => variant.settle?.()));
   }
   const list = (sent: Record<string, number>) =>
     Object.entries(sent)

@@ -48,8 +48,8 @@ async function main([rounds = 10, batch = 500, ...sizes]: number[]): Promise<Rep
     }
     const fillSeconds = (performance.now() - started) / 1000;
     const afterRound = async () => void (await Promise.all(endpoints.map((endpoint) => endpoint.refresh())));
-    const group = { meta: {}, variants, batchCalls: batch, warmupCalls: batch, afterRound };
-    const rows = (await interleave([group], rounds)).map(({ variant, ...row }) => ({
+    const group = { meta: {}, variants, batchCalls: batch, afterRound };
+    const rows = (await interleave([group], { rounds, warmupRounds: 1 })).map(({ variant, ...row }) => ({
       storedRecords: Number(variant),
       ...row,
     }));
