@@ -162,24 +162,13 @@ async function main(): Promise<void> {
   for (const report of order.flatMap((name) => reports[name] ?? [])) {
     say(`\n== ${report.title}\n${report.how}\n\n${report.table}`);
   }
-  const targets = table(
-    'target | figure | met?',
-    checks.map((c) => [c.target, c.figure, yesNo(c.met)]),
-  );
-  say(`\n== Targets: reported, not asserted\n\n${targets}`);
+  const targets = checks.map((c) => [c.target, c.figure, yesNo(c.met)]);
+  say(`\n== Targets: reported, not asserted\n\n${table('target | figure | met?', targets)}`);
 
   const durationSeconds = Number(((performance.now() - started) / 1000).toFixed(1));
   const loadAverageAtEnd = loadavg().map((n) => Number(n.toFixed(2)));
   const figures = Object.fromEntries(Object.entries(reports).map(([name, report]) => [name, report.figures]));
-  const results = {
-    ...machine,
-    loadAverageAtEnd,
-    mode: plan.mode,
-    durationSeconds,
-    plan,
-    ...figures,
-    checks,
-  };
+  const results = { ...machine, loadAverageAtEnd, durationSeconds, plan, ...figures, checks };
   await mkdir(dirname(out), { recursive: true });
   await writeFile(out, `${JSON.stringify(results, null, 2)}\n`);
   say(`\n${plan.mode} run took ${durationSeconds.toFixed(0)} s; figures in ${relative(process.cwd(), out)}`);

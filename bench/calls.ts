@@ -84,16 +84,12 @@ export async function openServer(
   redis?: RedisTarget,
 ): Promise<Server> {
   const latencyMs = speed === 'slow' ? SLOW_CHARGE_MS : 0;
-  const args = [
-    '--charge-latency-ms',
-    String(latencyMs),
-    '--max-records-per-caller',
-    String(DEFAULT_MAX_RECORDS),
-  ];
-  args.push('--max-bytes-per-caller', String(DEFAULT_MAX_BYTES));
+  // ONE_CALLER_QUOTA, as the server's options.
+  const args = [`--charge-latency-ms=${latencyMs}`, `--max-records-per-caller=${DEFAULT_MAX_RECORDS}`];
+  args.push(`--max-bytes-per-caller=${DEFAULT_MAX_BYTES}`);
   if (store === 'redis' && redis) {
-    args.push('--store', 'redis', '--redis-url', redis.url);
-    args.push('--redis-prefix', serverPrefix(redis, transport, speed));
+    args.push('--store=redis', `--redis-url=${redis.url}`);
+    args.push(`--redis-prefix=${serverPrefix(redis, transport, speed)}`);
   }
   const opened: Endpoint[] = [];
   const server = (connect: (era: Era) => Promise<Endpoint>, stop = async () => {}): Server => ({

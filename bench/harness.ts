@@ -34,12 +34,6 @@ export interface Group<Meta> {
   afterRound?: () => Promise<void>;
 }
 
-export interface Summary {
-  samples: number;
-  medianUs: number;
-  p99Us: number;
-}
-
 /** A variant's figures, and its median over its group's baseline median. */
 export type Row<Meta> = Meta & Summary & { variant: string; ratio: number };
 
@@ -111,7 +105,8 @@ export function quantile(values: readonly number[], q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))] ?? Number.NaN;
 }
 
-export function summarize(samplesUs: readonly number[]): Summary {
+export type Summary = ReturnType<typeof summarize>;
+export function summarize(samplesUs: readonly number[]) {
   return { samples: samplesUs.length, medianUs: quantile(samplesUs, 0.5), p99Us: quantile(samplesUs, 0.99) };
 }
 

@@ -75,6 +75,7 @@ async function main([calls = 1_000_000]: number[]): Promise<Report> {
   const resultBytes = (heap() - bare - 8 * executed) / held.length;
   const bytesPerRecord = (after - before) / executed;
   const growth = after / atCap;
+  const heapUsed = { before, atCap, after };
   return {
     title: `Memory after ${int(calls)} distinct keyed calls (default cap ${int(cap)}, retention 300 s)`,
     how: 'The guard with the demo defaults in front of the charge, called directly; its own process, figures after global.gc().',
@@ -90,17 +91,7 @@ async function main([calls = 1_000_000]: number[]): Promise<Report> {
         met: store.size === cap && growth <= BOUNDED,
       },
     ],
-    figures: {
-      calls,
-      cap,
-      executed,
-      refused,
-      recordsStored: store.size,
-      seconds,
-      heapUsedBytes: { before, atCap, after },
-      bytesPerRecord,
-      resultBytes,
-    },
+    figures: { calls, cap, executed, refused, seconds, heapUsed, bytesPerRecord, resultBytes },
   };
 }
 

@@ -98,17 +98,13 @@ export async function measureTransports(
         row.target === undefined ? '' : `≤ ${row.target.toFixed(2)} ${yesNo(row.ratio <= row.target)}`,
       ]),
     ),
-    checks: rows.flatMap(({ target, ...row }) =>
-      target === undefined
+    checks: rows.flatMap(({ target, ...row }) => {
+      const what = `${row.transport}, ${row.store}, ${row.era}, ${VARIANT_LABEL[row.variant]}`;
+      const figure = `${row.ratio.toFixed(3)} × (${row.medianUs.toFixed(1)} µs)`;
+      return target === undefined
         ? []
-        : [
-            {
-              target: `${row.transport}, ${row.store}, ${row.era}, ${VARIANT_LABEL[row.variant]} ≤ ${target} × unkeyed`,
-              figure: `${row.ratio.toFixed(3)} × (${row.medianUs.toFixed(1)} µs)`,
-              met: row.ratio <= target,
-            },
-          ],
-    ),
+        : [{ target: `${what} ≤ ${target} × unkeyed`, figure, met: row.ratio <= target }];
+    }),
     figures: rows,
   };
 }
