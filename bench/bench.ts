@@ -99,8 +99,8 @@ async function main(): Promise<void> {
 
   // The guard alone first, before any server runs.
   note('the guard alone, and its pieces');
-  const { rounds, msPerPiece } = plan.pieces;
-  reports.guardAlone = await runChild('guard-alone.ts', [rounds, msPerPiece], ['--expose-gc']);
+  const pieces = [plan.pieces.rounds, plan.pieces.msPerPiece];
+  reports.guardAlone = await runChild('guard-alone.ts', pieces, ['--expose-gc']);
 
   // A private redis-server if one is installed, else REDIS_URL; keys under a prefix of this run's own.
   const redis = await startRedis();

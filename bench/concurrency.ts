@@ -30,9 +30,8 @@ export async function measureConcurrency(
   const rows = [];
   for (const { transport, store, fast: server } of pairs) {
     for (const clients of CLIENTS) {
-      const pool = await Promise.all(
-        Array.from({ length: clients }, () => server.connect(MODERN_PROTOCOL_VERSION)),
-      );
+      const connect = () => server.connect(MODERN_PROTOCOL_VERSION);
+      const pool = await Promise.all(Array.from({ length: clients }, connect));
       const ms = { baseline: 0, first: 0 };
       const samples: Record<Kind, number[]> = { baseline: [], first: [] };
       try {

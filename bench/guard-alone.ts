@@ -24,7 +24,7 @@ import { answerIfMain, type Report, rotate, summarize, table } from './harness.j
 
 /** A piece to time: `params`, when given, are made per call outside the timed region (a fresh key, a fresh parse). */
 function piece(piece: string, input: string, run: (params: unknown) => unknown, params?: () => unknown) {
-  return { piece, input, run, params };
+  return { piece, input, run, params, samples: [] as number[] };
 }
 type Piece = ReturnType<typeof piece>;
 
@@ -73,7 +73,6 @@ async function pieces(): Promise<Piece[]> {
 
 async function main([rounds = 20, msPerPiece = 5]: number[]): Promise<Report> {
   const all = await pieces();
-  const samples = new Map<Piece, number[]>(all.map((p) => [p, []]));
   // A fresh object each time: mitata writes its defaults and a generator's parameters into it.
   const options = () => ({ min_cpu_time: msPerPiece * 1e6, min_samples: 4, batch_samples: 64 });
   // Round -1 is warm-up, its samples dropped.
@@ -86,10 +85,10 @@ async function main([rounds = 20, msPerPiece = 5]: number[]): Promise<Report> {
           }, options())
         : await measure(() => run(undefined), options());
       // Nanoseconds per call (in a batch, its time over its calls).
-      if (round >= 0) samples.get(p)?.push(...stats.samples.map((ns) => ns / 1000));
+      if (round >= 0) p.samples.push(...stats.samples.map((ns) => ns / 1000));
     }
   }
-  const rows = all.map((p) => ({ piece: p.piece, input: p.input, ...summarize(samples.get(p) ?? []) }));
+  const rows = all.map((p) => ({ piece: p.piece, input: p.input, ...summarize(p.samples) }));
   return {
     title: 'The guard alone, and its pieces',
     how:

@@ -112,13 +112,11 @@ export function summarize(samplesUs: readonly number[]) {
 
 // --- What a question answers: a table for stdout, its targets (reported, never asserted), its figures ---
 
-const Check = z.object({ target: z.string(), figure: z.string(), met: z.boolean() });
-export type Check = z.infer<typeof Check>;
 export const Report = z.object({
   title: z.string(),
   how: z.string(),
   table: z.string(),
-  checks: z.array(Check),
+  checks: z.array(z.object({ target: z.string(), figure: z.string(), met: z.boolean() })),
   /** Everything measured, for bench/results/latest.json. */
   figures: z.unknown(),
 });
