@@ -27,7 +27,7 @@ import {
 import { measureConcurrency } from './concurrency.js';
 import { type Report, runChild, table, yesNo } from './harness.js';
 import { measureRoundTrips } from './redis.js';
-import { measureTransports } from './transports.js';
+import { measureTransports, SETUPS } from './transports.js';
 
 const FULL = {
   mode: 'full',
@@ -35,8 +35,8 @@ const FULL = {
   // machine in process and over stdio, within about 5% over HTTP, whose calls spread wide.
   transports: {
     rounds: 20,
+    warmupRounds: 2,
     batchCalls: { 'in-process': 1_000, stdio: 300, http: 60, '100 KB': 20 },
-    warmupCalls: { 'in-process': 2_000, stdio: 500, http: 100, '100 KB': 20 },
   },
   pieces: { rounds: 20, msPerPiece: 5 },
   roundTripCalls: 200,
@@ -49,8 +49,8 @@ const QUICK: typeof FULL = {
   mode: 'quick',
   transports: {
     rounds: 3,
+    warmupRounds: 1,
     batchCalls: { 'in-process': 200, stdio: 50, http: 10, '100 KB': 3 },
-    warmupCalls: { 'in-process': 200, stdio: 50, http: 10, '100 KB': 3 },
   },
   pieces: { rounds: 3, msPerPiece: 2 },
   roundTripCalls: 20,
@@ -99,44 +99,38 @@ async function main(): Promise<void> {
 
   // The guard alone first, before any server runs.
   note('the guard alone, and its pieces');
-  const { rounds, msPerPiece } = plan.pieces;
-  reports.guardAlone = await runChild('guard-alone.ts', [rounds, msPerPiece], ['--expose-gc']);
+  const pieces = [plan.pieces.rounds, plan.pieces.msPerPiece];
+  reports.guardAlone = await runChild('guard-alone.ts', pieces, ['--expose-gc']);
 
   // A private redis-server if one is installed, else REDIS_URL; keys under a prefix of this run's own.
   const redis = await startRedis();
   const prefix = `sep3182-bench:${process.pid}-${randomUUID().slice(0, 8)}:`;
   const target = redis && { url: redis.url, prefix };
   if (redis) closers.push(() => redis.flush(prefix).finally(() => redis.stop()));
-  // Each transport and store's fast and slow servers, opened when first asked for.
-  const opened = new Map<string, Promise<ServerPair | undefined>>();
-  const serversOf = (transport: TransportName, store: StoreName) => {
-    const key = `${transport}/${store}`;
-    if (!opened.has(key)) opened.set(key, store === 'redis' && !target ? Promise.resolve(undefined) : open());
-    return opened.get(key) ?? Promise.resolve(undefined);
-    async function open() {
-      const fast = await openServer(transport, store, 'fast', target);
-      const slow = await openServer(transport, store, 'slow', target);
-      closers.push(fast.close, slow.close);
-      return { transport, store, fast, slow };
-    }
-  };
+  // Every transport and store the transports question measures (the others call the same
+  // servers), each with its fast and its slow server.
+  const pairs: ServerPair[] = [];
+  const serversOf = (transport: TransportName, store: StoreName) =>
+    pairs.find((pair) => pair.transport === transport && pair.store === store);
+  for (const [transport, store] of SETUPS) {
+    if (serversOf(transport, store) || (store === 'redis' && !target)) continue;
+    const fast = await openServer(transport, store, 'fast', target);
+    closers.push(fast.close);
+    const slow = await openServer(transport, store, 'slow', target);
+    closers.push(slow.close);
+    pairs.push({ transport, store, fast, slow });
+  }
   note('transports');
   reports.transports = await measureTransports(serversOf, plan.transports, note);
-  const stdioRedis = await serversOf('stdio', 'redis');
+  const stdioRedis = serversOf('stdio', 'redis');
   if (redis && target && stdioRedis) {
     note('Redis round trips');
     reports.roundTrips = await measureRoundTrips(redis, target, stdioRedis, plan.roundTripCalls);
   }
   note('concurrency');
-  const throughput = [
-    serversOf('in-process', 'memory'),
-    serversOf('http', 'memory'),
-    serversOf('http', 'redis'),
-  ];
-  reports.concurrency = await measureConcurrency(
-    (await Promise.all(throughput)).flatMap((pair) => pair ?? []),
-    plan.concurrency,
-  );
+  // Stdio has no second client: one process serves one connection.
+  const concurrent = pairs.filter((pair) => pair.transport !== 'stdio');
+  reports.concurrency = await measureConcurrency(concurrent, plan.concurrency);
   await closeAll();
 
   note(`memory: ${plan.memoryCalls.toLocaleString('en')} keyed calls`);
@@ -168,24 +162,13 @@ async function main(): Promise<void> {
   for (const report of order.flatMap((name) => reports[name] ?? [])) {
     say(`\n== ${report.title}\n${report.how}\n\n${report.table}`);
   }
-  const targets = table(
-    'target | figure | met?',
-    checks.map((c) => [c.target, c.figure, yesNo(c.met)]),
-  );
-  say(`\n== Targets: reported, not asserted\n\n${targets}`);
+  const targets = checks.map((c) => [c.target, c.figure, yesNo(c.met)]);
+  say(`\n== Targets: reported, not asserted\n\n${table('target | figure | met?', targets)}`);
 
   const durationSeconds = Number(((performance.now() - started) / 1000).toFixed(1));
   const loadAverageAtEnd = loadavg().map((n) => Number(n.toFixed(2)));
   const figures = Object.fromEntries(Object.entries(reports).map(([name, report]) => [name, report.figures]));
-  const results = {
-    ...machine,
-    loadAverageAtEnd,
-    mode: plan.mode,
-    durationSeconds,
-    plan,
-    ...figures,
-    checks,
-  };
+  const results = { ...machine, loadAverageAtEnd, durationSeconds, plan, ...figures, checks };
   await mkdir(dirname(out), { recursive: true });
   await writeFile(out, `${JSON.stringify(results, null, 2)}\n`);
   say(`\n${plan.mode} run took ${durationSeconds.toFixed(0)} s; figures in ${relative(process.cwd(), out)}`);

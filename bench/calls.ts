@@ -9,6 +9,7 @@
 import { randomUUID } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
 import type { Client } from '@modelcontextprotocol/client';
+import { z } from 'zod';
 import { callTool, type KeyedToolCall, type ToolCall } from '../idempotency/client.js';
 import {
   DEFAULT_MAX_BYTES,
@@ -83,16 +84,12 @@ export async function openServer(
   redis?: RedisTarget,
 ): Promise<Server> {
   const latencyMs = speed === 'slow' ? SLOW_CHARGE_MS : 0;
-  const args = [
-    '--charge-latency-ms',
-    String(latencyMs),
-    '--max-records-per-caller',
-    String(DEFAULT_MAX_RECORDS),
-  ];
-  args.push('--max-bytes-per-caller', String(DEFAULT_MAX_BYTES));
+  // ONE_CALLER_QUOTA, as the server's options.
+  const args = [`--charge-latency-ms=${latencyMs}`, `--max-records-per-caller=${DEFAULT_MAX_RECORDS}`];
+  args.push(`--max-bytes-per-caller=${DEFAULT_MAX_BYTES}`);
   if (store === 'redis' && redis) {
-    args.push('--store', 'redis', '--redis-url', redis.url);
-    args.push('--redis-prefix', serverPrefix(redis, transport, speed));
+    args.push('--store=redis', `--redis-url=${redis.url}`);
+    args.push(`--redis-prefix=${serverPrefix(redis, transport, speed)}`);
   }
   const opened: Endpoint[] = [];
   const server = (connect: (era: Era) => Promise<Endpoint>, stop = async () => {}): Server => ({
@@ -148,8 +145,7 @@ export async function openServer(
 // (untimed) and a wrong one aborts the run: a "replay" that executed, a "conflict" that
 // replayed, an "in progress" whose original had already finished.
 
-export const VARIANT_NAMES = ['baseline', 'first', 'replay', 'conflict', 'inProgress'] as const;
-export type VariantName = (typeof VARIANT_NAMES)[number];
+export type VariantName = 'baseline' | 'first' | 'replay' | 'conflict' | 'inProgress';
 
 export const VARIANT_LABEL: Record<string, string> = {
   baseline: 'unkeyed (baseline)',
@@ -163,6 +159,12 @@ export const VARIANT_LABEL: Record<string, string> = {
 export class WrongAnswerError extends Error {
   override name = 'WrongAnswerError';
 }
+
+const Charge = z.object({ structuredContent: z.object({ charged: z.number(), balance: z.number() }) });
+
+/** What a call charged, if it answered the charge tool's result. */
+export const chargeOf = (outcome: Outcome) =>
+  outcome.ok ? Charge.safeParse(outcome.result).data?.structuredContent : undefined;
 
 /** Arguments the charge tool accepts: its `amount`, and whatever else (its schema strips the rest). */
 export type ChargeArguments = { amount: number } & Record<string, unknown>;
@@ -182,12 +184,11 @@ export function makeVariants(
     throw new WrongAnswerError(`${where}, ${VARIANT_LABEL[name]}: expected ${what}, got ${got}`);
   };
   const executed = (name: VariantName) => (outcome: Outcome) => {
-    const answer = Object(outcome.ok ? Reflect.get(Object(outcome.result), 'structuredContent') : undefined);
-    const now: unknown = Reflect.get(answer, 'balance');
-    if (Reflect.get(answer, 'charged') !== args.amount || typeof now !== 'number' || !(now > balance)) {
-      fail(name, `a new charge of ${args.amount} (balance above ${balance})`, outcome);
+    const charge = chargeOf(outcome);
+    if (charge?.charged !== args.amount || !(charge.balance > balance)) {
+      return fail(name, `a new charge of ${args.amount} (balance above ${balance})`, outcome);
     }
-    balance = Number(now);
+    balance = charge.balance;
   };
   const refused =
     (name: VariantName, type: IdempotencyErrorType, key: () => string) => (outcome: Outcome) => {
@@ -196,10 +197,6 @@ export function makeVariants(
     };
   const charge = (endpoint: Endpoint, call: ToolCall | KeyedToolCall) => callTool(endpoint.client, call);
   const keyed = (idempotencyKey: string, other = args) => ({ name: TOOL, arguments: other, idempotencyKey });
-  const variant = (name: VariantName, parts: Pick<Variant, 'call' | 'check'> & Partial<Variant>): Variant => {
-    const nothing = async () => {};
-    return { name, prepare: nothing, finish: nothing, settle: nothing, ...parts };
-  };
 
   // First execution: a key never seen before, every call (made before the batch).
   let fresh: string[] = [];
@@ -214,7 +211,8 @@ export function makeVariants(
   // In progress: an original on the slow server, still charging while its duplicates arrive.
   const originals: Array<Promise<unknown>> = [];
   let held = { key: '', done: false };
-  const inProgress: Variant = variant('inProgress', {
+  const inProgress: Variant = {
+    name: 'inProgress',
     prepare: async () => {
       const current = { key: randomUUID(), done: false };
       held = current;
@@ -230,33 +228,37 @@ export function makeVariants(
       if (held.done) throw new WrongAnswerError(`${where}: an original ended before its duplicates did`);
     },
     settle: async () => void (await Promise.all(originals)),
-  });
+  };
   return {
     // No key: the guard steps aside, the tool runs every time.
-    baseline: variant('baseline', {
+    baseline: {
+      name: 'baseline',
       call: () => charge(fast, { name: TOOL, arguments: args }),
       check: executed('baseline'),
-    }),
-    first: variant('first', {
+    },
+    first: {
+      name: 'first',
       prepare: async (calls) => {
         fresh = Array.from({ length: calls }, () => randomUUID());
       },
       call: (i) => charge(fast, keyed(fresh[i] ?? '')),
       check: executed('first'),
-    }),
-    replay: variant('replay', {
+    },
+    replay: {
+      name: 'replay',
       prepare: storeOne,
       call: () => charge(fast, keyed(stored.key)),
       check: (outcome) => {
         if (!outcome.ok || !isDeepStrictEqual(outcome.result, stored.result))
           fail('replay', 'the stored response', outcome);
       },
-    }),
-    conflict: variant('conflict', {
+    },
+    conflict: {
+      name: 'conflict',
       prepare: storeOne,
       call: () => charge(fast, keyed(stored.key, { ...args, amount: args.amount + 1 })),
       check: refused('conflict', IdempotencyErrorType.conflict, () => stored.key),
-    }),
+    },
     inProgress,
   };
 }
@@ -275,14 +277,8 @@ export function orderArgumentsOfSize(bytes: number): ChargeArguments {
     const [quantity, unitPrice] = [(n % 7) + 1, 100 + ((n * 7919) % 10_000)];
     const description = `Line item ${n}: analytical engine parts, “Übergröße” ${'★'.repeat(n % 3)}`;
     const tags = ['hardware', n % 2 === 0 ? 'gift' : 'express'];
-    items.push({
-      sku: `SKU-${String(n).padStart(5, '0')}`,
-      description,
-      quantity,
-      unitPrice,
-      taxRate: 0.2,
-      tags,
-    });
+    const sku = `SKU-${String(n).padStart(5, '0')}`;
+    items.push({ sku, description, quantity, unitPrice, taxRate: 0.2, tags });
     order.amount += quantity * unitPrice;
   }
   return order;

@@ -8,11 +8,20 @@
 
 import { randomUUID } from 'node:crypto';
 import { callTool, MODERN_PROTOCOL_VERSION } from '../idempotency/client.js';
-import { AMOUNT, type Endpoint, type ServerPair, TOOL, VARIANT_LABEL, WrongAnswerError } from './calls.js';
+import {
+  AMOUNT,
+  chargeOf,
+  type Endpoint,
+  type ServerPair,
+  TOOL,
+  VARIANT_LABEL,
+  WrongAnswerError,
+} from './calls.js';
 import { int, type Report, rotate, summarize, table, timed, us } from './harness.js';
 
 const CLIENTS = [1, 8, 64];
-type Kind = 'baseline' | 'first';
+const KINDS = ['baseline', 'first'] as const;
+type Kind = (typeof KINDS)[number];
 
 export async function measureConcurrency(
   pairs: ServerPair[],
@@ -21,42 +30,26 @@ export async function measureConcurrency(
   const rows = [];
   for (const { transport, store, fast: server } of pairs) {
     for (const clients of CLIENTS) {
-      const pool = await Promise.all(
-        Array.from({ length: clients }, () => server.connect(MODERN_PROTOCOL_VERSION)),
-      );
-      const totals = {
-        baseline: { ms: 0, samples: [] as number[] },
-        first: { ms: 0, samples: [] as number[] },
-      };
+      const connect = () => server.connect(MODERN_PROTOCOL_VERSION);
+      const pool = await Promise.all(Array.from({ length: clients }, connect));
+      const ms = { baseline: 0, first: 0 };
+      const samples: Record<Kind, number[]> = { baseline: [], first: [] };
       try {
         // Round -1 is a short warm-up of both paths, not counted.
         for (let round = -1; round < plan.rounds; round++) {
-          for (const kind of rotate<Kind>(['baseline', 'first'], round + 1)) {
-            const { ms, samples } = await phase(pool, kind, round < 0 ? plan.phaseMs / 4 : plan.phaseMs);
-            if (round < 0) continue;
-            totals[kind].ms += ms;
-            totals[kind].samples.push(...samples);
+          for (const kind of rotate(KINDS, round + 1)) {
+            if (round < 0) await phase(pool, kind, plan.phaseMs / 4, []);
+            else ms[kind] += await phase(pool, kind, plan.phaseMs, samples[kind]);
           }
         }
       } finally {
         await Promise.allSettled(pool.map((endpoint) => endpoint.close()));
       }
-      const throughput = (kind: Kind) => (totals[kind].samples.length * 1000) / totals[kind].ms;
-      for (const kind of ['baseline', 'first'] as const) {
-        const { samples, medianUs, p99Us } = summarize(totals[kind].samples);
-        const callsPerSecond = throughput(kind);
-        const ratio = callsPerSecond / throughput('baseline');
-        rows.push({
-          transport,
-          store,
-          clients,
-          variant: kind,
-          calls: samples,
-          callsPerSecond,
-          medianUs,
-          p99Us,
-          ratio,
-        });
+      const rate = (kind: Kind) => (samples[kind].length * 1000) / ms[kind];
+      for (const kind of KINDS) {
+        const { samples: calls, ...latency } = summarize(samples[kind]);
+        const throughput = { callsPerSecond: rate(kind), ratio: rate(kind) / rate('baseline') };
+        rows.push({ transport, store, clients, variant: kind, calls, ...throughput, ...latency });
       }
     }
   }
@@ -66,14 +59,8 @@ export async function measureConcurrency(
     table: table(
       'transport | store | clients | variant | calls/s | median µs | p99 µs | ratio',
       rows.map((row) => [
-        ...[
-          row.transport,
-          row.store,
-          String(row.clients),
-          VARIANT_LABEL[row.variant] ?? '',
-          int(row.callsPerSecond),
-        ],
-        ...[us(row.medianUs), us(row.p99Us), row.ratio.toFixed(3)],
+        ...[row.transport, row.store, String(row.clients), VARIANT_LABEL[row.variant] ?? ''],
+        ...[int(row.callsPerSecond), us(row.medianUs), us(row.p99Us), row.ratio.toFixed(3)],
       ]),
     ),
     checks: [],
@@ -81,21 +68,16 @@ export async function measureConcurrency(
   };
 }
 
-async function phase(pool: Endpoint[], kind: Kind, ms: number) {
-  const samples: number[] = [];
+/** Every client calling in a loop until `ms` have passed; the phase's wall time. */
+async function phase(pool: Endpoint[], kind: Kind, ms: number, samples: number[]): Promise<number> {
   const started = performance.now();
   await Promise.all(
     pool.map(async ({ client }) => {
       while (performance.now() < started + ms) {
         const key = kind === 'first' ? { idempotencyKey: randomUUID() } : {};
-        const outcome = await timed(
-          () => callTool(client, { name: TOOL, arguments: { amount: AMOUNT }, ...key }),
-          samples,
-        );
-        const answer = Object(
-          outcome.ok ? Reflect.get(Object(outcome.result), 'structuredContent') : undefined,
-        );
-        if (Reflect.get(answer, 'charged') !== AMOUNT) {
+        const call = { name: TOOL, arguments: { amount: AMOUNT }, ...key };
+        const outcome = await timed(() => callTool(client, call), samples);
+        if (chargeOf(outcome)?.charged !== AMOUNT) {
           throw new WrongAnswerError(
             `concurrency, ${kind}: expected a charge, got ${JSON.stringify(outcome)}`,
           );
@@ -103,5 +85,5 @@ async function phase(pool: Endpoint[], kind: Kind, ms: number) {
       }
     }),
   );
-  return { ms: performance.now() - started, samples };
+  return performance.now() - started;
 }

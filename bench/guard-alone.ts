@@ -2,13 +2,11 @@
 //
 // In a process of its own, whose stderr is a pipe as a server's is:
 //   node --expose-gc --import tsx bench/guard-alone.ts <rounds> <ms per piece per round>
-// The real guard in front of a no-op tool: no SDK, no transport, no parsing. Its unkeyed row is
-// the floor (the guard's "no key" branch); the keyed rows minus it are what the guard adds. Then
-// its pieces: key validation, the fingerprint by size, and server.ts's decision log line, built
-// only and built and written. mitata runs each piece's timing loop (batches of calls for what
-// takes nanoseconds, fresh arguments made outside the timed region, a GC before each piece); the
-// pieces take turns in rotating order, round after round, and a piece's median and p99 are over
-// all its rounds' samples.
+// The real guard in front of a no-op tool: no SDK, no transport, no parsing. Then its pieces:
+// key validation, the fingerprint by size, and server.ts's decision log line. mitata runs each
+// piece's timing loop (batches of calls for what takes nanoseconds, fresh arguments made outside
+// the timed region, a GC before each piece); the pieces take turns in rotating order, round after
+// round, and a piece's median and p99 are over all its rounds' samples.
 
 import { randomUUID } from 'node:crypto';
 import { measure } from 'mitata';
@@ -17,8 +15,6 @@ import {
   createToolCallGuard,
   type DecisionEvent,
   fingerprintToolCall,
-  IdempotencyErrorType,
-  idempotencyErrorOf,
   type JsonObject,
   MemoryIdempotencyStore,
 } from '../idempotency/index.js';
@@ -26,63 +22,27 @@ import { logDecision } from '../server.js';
 import { AMOUNT, chargeResult, jsonBytes, orderArgumentsOfSize, TOOL, WrongAnswerError } from './calls.js';
 import { answerIfMain, type Report, rotate, summarize, table } from './harness.js';
 
-interface Piece {
-  piece: string;
-  input: string;
-  run: (params: unknown) => unknown;
-  /** Made per call, outside the timed region (a fresh key, say). */
-  params?: () => unknown;
-  /** Around this piece's timing only. */
-  around?: (time: () => Promise<void>) => Promise<void>;
+/** A piece to time: `params`, when given, are made per call outside the timed region (a fresh key, a fresh parse). */
+function piece(piece: string, input: string, run: (params: unknown) => unknown, params?: () => unknown) {
+  return { piece, input, run, params, samples: [] as number[] };
 }
-
-const piece = (piece: string, input: string, run: Piece['run'], more: Partial<Piece> = {}): Piece => ({
-  ...{ piece, input, run },
-  ...more,
-});
+type Piece = ReturnType<typeof piece>;
 
 const SMALL = { amount: AMOUNT };
 const NOOP_RESULT: JsonObject = chargeResult(AMOUNT);
 
-function guardAlone(): Piece[] {
+async function pieces(): Promise<Piece[]> {
   const room = { maxRecords: 10_000_000, maxRecordsPerScope: 10_000_000 };
   const guard = createToolCallGuard({ store: new MemoryIdempotencyStore(room) });
-  const held = { name: TOOL, arguments: { ...SMALL, hold: true }, idempotencyKey: randomUUID() };
-  const stored = { name: TOOL, arguments: SMALL, idempotencyKey: randomUUID() };
-  // The held original never settles, so its key stays in progress for the whole run.
-  const call = (params: Record<string, unknown>) =>
-    guard(params, {}, () => (params === held ? new Promise<never>(() => {}) : Promise.resolve(NOOP_RESULT)));
-  void call(held);
-  void call(stored);
   const answered = async (params: unknown) => {
-    if ((await call(Object(params))) !== NOOP_RESULT) throw new WrongAnswerError('guard alone: no result');
+    const result = await guard(Object(params), {}, async () => NOOP_RESULT);
+    if (result !== NOOP_RESULT) throw new WrongAnswerError('guard alone: not the tool result');
   };
-  const refused = (type: IdempotencyErrorType, params: Record<string, unknown>) => async () => {
-    const error = await call(params).then(
-      () => undefined,
-      (e: unknown) => e,
-    );
-    if (idempotencyErrorOf(error)?.type !== type) throw new WrongAnswerError(`guard alone: expected ${type}`);
-  };
-  const input = 'no-op tool, small arguments';
-  const fresh = () => ({ ...stored, idempotencyKey: randomUUID() });
-  return [
-    piece('guard alone: unkeyed (floor)', input, () => answered({ name: TOOL, arguments: SMALL })),
-    piece('guard alone: first execution', input, answered, { params: fresh }),
-    piece('guard alone: replay', input, () => answered(stored)),
-    piece(
-      'guard alone: conflict',
-      input,
-      refused(IdempotencyErrorType.conflict, { ...stored, arguments: { amount: AMOUNT + 1 } }),
-    ),
-    piece('guard alone: in progress', input, refused(IdempotencyErrorType.inProgress, held)),
-  ];
-}
-
-function pieces(log: { lineBytes: number }): Piece[] {
+  const stored = { name: TOOL, arguments: SMALL, idempotencyKey: randomUUID() };
+  await answered(stored);
   const key = randomUUID();
-  const validate = (k: string) => () => {
-    if (!checkIdempotencyKey(k).ok) throw new WrongAnswerError(k);
+  const validate = () => {
+    if (!checkIdempotencyKey(key).ok) throw new WrongAnswerError(key);
   };
   const fingerprint = (parsed: unknown) => {
     if (!fingerprintToolCall(TOOL, parsed).ok) throw new WrongAnswerError('fingerprint failed');
@@ -96,56 +56,44 @@ function pieces(log: { lineBytes: number }): Piece[] {
   // is a pipe, and Node writes pipes synchronously on Linux).
   const event: DecisionEvent = { decision: 'executed', scope: 'local', idempotencyKey: key, durationMs: 0.1 };
   const logLine = () => logDecision({ ...event, tool: TOOL });
-  const withoutWrite = async (time: () => Promise<void>) => {
-    const write = process.stderr.write;
-    process.stderr.write = (line: string | Uint8Array) => {
-      log.lineBytes = line.length;
-      return true;
-    };
-    await time().finally(() => Object.assign(process.stderr, { write }));
-  };
+  const input = 'no-op tool, small arguments';
+  const fresh = () => ({ ...stored, idempotencyKey: randomUUID() });
+  const parse = (args: unknown) => () => JSON.parse(JSON.stringify(args));
   return [
-    piece('key validation', 'UUID (36 chars)', validate(key)),
-    piece('key validation', '255 chars (the limit)', validate('k'.repeat(255))),
+    piece('guard alone: first execution', input, answered, fresh),
+    piece('guard alone: replay', input, () => answered(stored)),
+    piece('key validation', 'UUID (36 chars)', validate),
     // A fresh parse per call, as the guard gets: no strings or shapes cached from last time.
     ...Object.entries(sizes).map(([label, args]) =>
-      piece('fingerprint', `${label} (${jsonBytes(args)} B)`, fingerprint, {
-        params: () => JSON.parse(JSON.stringify(args)),
-      }),
+      piece('fingerprint', `${label} (${jsonBytes(args)} B)`, fingerprint, parse(args)),
     ),
-    piece('decision log line', 'built only', logLine, { around: withoutWrite }),
-    piece('decision log line', 'built and written to stderr (a pipe)', logLine),
+    piece('decision log line', 'written to stderr (a pipe)', logLine),
   ];
 }
 
 async function main([rounds = 20, msPerPiece = 5]: number[]): Promise<Report> {
-  const log = { lineBytes: 0 };
-  const all = [...guardAlone(), ...pieces(log)];
-  const samples = new Map<Piece, number[]>(all.map((p) => [p, []]));
+  const all = await pieces();
   // A fresh object each time: mitata writes its defaults and a generator's parameters into it.
   const options = () => ({ min_cpu_time: msPerPiece * 1e6, min_samples: 4, batch_samples: 64 });
   // Round -1 is warm-up, its samples dropped.
   for (let round = -1; round < rounds; round++) {
     for (const p of rotate(all, round + 1)) {
-      const { params, run, around = (time) => time() } = p;
-      await around(async () => {
-        const stats = params
-          ? await measure(function* () {
-              yield { 0: params, bench: run };
-            }, options())
-          : await measure(() => run(undefined), options());
-        // Nanoseconds per call (in a batch, its time over its calls).
-        if (round >= 0) samples.get(p)?.push(...stats.samples.map((ns) => ns / 1000));
-      });
+      const { params, run } = p;
+      const stats = params
+        ? await measure(function* () {
+            yield { 0: params, bench: run };
+          }, options())
+        : await measure(() => run(undefined), options());
+      // Nanoseconds per call (in a batch, its time over its calls).
+      if (round >= 0) p.samples.push(...stats.samples.map((ns) => ns / 1000));
     }
   }
-  const rows = all.map((p) => ({ piece: p.piece, input: p.input, ...summarize(samples.get(p) ?? []) }));
+  const rows = all.map((p) => ({ piece: p.piece, input: p.input, ...summarize(p.samples) }));
   return {
     title: 'The guard alone, and its pieces',
     how:
       `${rounds} interleaved rounds of ~${msPerPiece} ms per piece, timed by mitata (a sample: a batch's time over its calls).\n` +
-      'Guard alone: the real guard in front of a no-op tool, no transport and no SDK parsing. Decision log line:\n' +
-      `server.ts's logDecision (${log.lineBytes} B), once per keyed call, in a process whose stderr is a pipe.`,
+      'Guard alone: the real guard in front of a no-op tool, no transport, no SDK parsing; stderr is a pipe.',
     table: table(
       'piece | input | median µs | p99 µs | samples',
       rows.map((r) => [r.piece, r.input, r.medianUs.toFixed(2), r.p99Us.toFixed(2), String(r.samples)]),

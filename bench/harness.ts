@@ -15,12 +15,12 @@ import { z } from 'zod';
 /** Something timed call by call; `prepare` and `finish` around each batch and `check` after each call are untimed. */
 export interface Variant {
   name: string;
-  prepare(calls: number): Promise<void>;
+  prepare?(calls: number): Promise<void>;
   call(i: number): Promise<unknown>;
   check(outcome: Outcome): void;
-  finish(): Promise<void>;
+  finish?(): Promise<void>;
   /** Waits for anything still in flight (a slow original); once, at the end. */
-  settle(): Promise<void>;
+  settle?(): Promise<void>;
 }
 
 export type Outcome = { ok: true; result: unknown } | { ok: false; error: unknown };
@@ -30,70 +30,53 @@ export interface Group<Meta> {
   meta: Meta;
   variants: Variant[];
   batchCalls: number;
-  warmupCalls: number;
   /** After each round of this group: drop collected log lines, replace a client. */
   afterRound?: () => Promise<void>;
 }
 
-export interface Summary {
-  samples: number;
-  medianUs: number;
-  p99Us: number;
-  /** Samples over the time they took together. */
-  callsPerSecond: number;
-}
+/** A variant's figures, and its median over its group's baseline median. */
+export type Row<Meta> = Meta & Summary & { variant: string; ratio: number };
 
-/** A variant's figures: its ratio to the baseline, and that ratio's lowest and highest round. */
-export type Row<Meta> = Meta & Summary & { variant: string; ratio: number; roundRatio: [number, number] };
-
-class Cell {
-  readonly samples: number[] = [];
-  readonly roundMedians: number[] = [];
-  constructor(readonly variant: Variant) {}
-}
-
+/** Rounds before `rounds` are warm-up, their samples dropped. */
 export async function interleave<Meta>(
   groups: ReadonlyArray<Group<Meta>>,
-  rounds: number,
+  { rounds, warmupRounds }: { rounds: number; warmupRounds: number },
   progress: (line: string) => void = () => {},
 ): Promise<Array<Row<Meta>>> {
-  const cells = groups.map((group) => group.variants.map((variant) => new Cell(variant)));
+  const cells = groups.map((group) => ({
+    group,
+    variants: group.variants.map((variant) => ({ variant, samples: [] as number[] })),
+  }));
   try {
-    for (const [g, group] of groups.entries()) {
-      for (const cell of cells[g] ?? []) await timeBatch(cell.variant, group.warmupCalls);
-      await group.afterRound?.();
-    }
-    for (let round = 0; round < rounds; round++) {
+    for (let round = -warmupRounds; round < rounds; round++) {
       const started = performance.now();
-      for (const g of rotate([...groups.keys()], round)) {
-        for (const cell of rotate(cells[g] ?? [], round)) {
-          const samples = await timeBatch(cell.variant, groups[g]?.batchCalls ?? 0);
-          cell.samples.push(...samples);
-          cell.roundMedians.push(quantile(samples, 0.5));
+      for (const { group, variants } of rotate(cells, round + warmupRounds)) {
+        for (const { variant, samples } of rotate(variants, round + warmupRounds)) {
+          const batch = await timeBatch(variant, group.batchCalls);
+          if (round >= 0) samples.push(...batch);
         }
-        await groups[g]?.afterRound?.();
+        await group.afterRound?.();
       }
-      progress(`round ${round + 1}/${rounds} (${((performance.now() - started) / 1000).toFixed(1)} s)`);
+      const seconds = ((performance.now() - started) / 1000).toFixed(1);
+      if (round >= 0) progress(`round ${round + 1}/${rounds} (${seconds} s)`);
     }
   } finally {
-    await Promise.allSettled(cells.flat().map((cell) => cell.variant.settle()));
+    await Promise.allSettled(groups.flatMap((group) => group.variants.map((variant) => variant.settle?.())));
   }
-  return groups.flatMap((group, g) => {
-    const baseline = cells[g]?.[0];
-    return (cells[g] ?? []).map((cell) => {
-      const summary = summarize(cell.samples);
-      const perRound = cell.roundMedians.map((us, r) => us / (baseline?.roundMedians[r] ?? Number.NaN));
-      const ratio = summary.medianUs / quantile(baseline?.samples ?? [], 0.5);
-      return { ...group.meta, variant: cell.variant.name, ...summary, ratio, roundRatio: extent(perRound) };
+  return cells.flatMap(({ group, variants }) => {
+    const baseline = quantile(variants[0]?.samples ?? [], 0.5);
+    return variants.map(({ variant, samples }) => {
+      const summary = summarize(samples);
+      return { ...group.meta, variant: variant.name, ...summary, ratio: summary.medianUs / baseline };
     });
   });
 }
 
 async function timeBatch(variant: Variant, calls: number): Promise<number[]> {
   const samples: number[] = [];
-  await variant.prepare(calls);
+  await variant.prepare?.(calls);
   for (let i = 0; i < calls; i++) variant.check(await timed(() => variant.call(i), samples));
-  await variant.finish();
+  await variant.finish?.();
   return samples;
 }
 
@@ -122,23 +105,18 @@ export function quantile(values: readonly number[], q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))] ?? Number.NaN;
 }
 
-const extent = (values: number[]): [number, number] => [Math.min(...values), Math.max(...values)];
-
-export function summarize(samplesUs: readonly number[]): Summary {
-  const total = samplesUs.reduce((sum, us) => sum + us, 0);
-  const [medianUs, p99Us] = [quantile(samplesUs, 0.5), quantile(samplesUs, 0.99)];
-  return { samples: samplesUs.length, medianUs, p99Us, callsPerSecond: (samplesUs.length * 1e6) / total };
+export type Summary = ReturnType<typeof summarize>;
+export function summarize(samplesUs: readonly number[]) {
+  return { samples: samplesUs.length, medianUs: quantile(samplesUs, 0.5), p99Us: quantile(samplesUs, 0.99) };
 }
 
 // --- What a question answers: a table for stdout, its targets (reported, never asserted), its figures ---
 
-const Check = z.object({ target: z.string(), figure: z.string(), met: z.boolean() });
-export type Check = z.infer<typeof Check>;
 export const Report = z.object({
   title: z.string(),
   how: z.string(),
   table: z.string(),
-  checks: z.array(Check),
+  checks: z.array(z.object({ target: z.string(), figure: z.string(), met: z.boolean() })),
   /** Everything measured, for bench/results/latest.json. */
   figures: z.unknown(),
 });

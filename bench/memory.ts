@@ -17,19 +17,19 @@ import {
   MemoryIdempotencyStore,
 } from '../idempotency/index.js';
 import { MemoryLedger } from '../ledger.js';
-import { AMOUNT, chargeResult, ONE_CALLER_QUOTA, TOOL } from './calls.js';
-import { answerIfMain, int, mb, type Report, table } from './harness.js';
+import { AMOUNT, chargeOf, chargeResult, ONE_CALLER_QUOTA, TOOL, WrongAnswerError } from './calls.js';
+import { answerIfMain, int, mb, type Report, timed } from './harness.js';
 
 /** "Bounded": the heap after every call within 5% of the heap when the store reached its cap. */
 const BOUNDED = 1.05;
 
-function heap(): { heapUsedBytes: number; rssBytes: number } {
+/** Heap used, in bytes, after a full collection. */
+function heap(): number {
   if (!globalThis.gc) throw new Error('run with --expose-gc');
   // Twice: the first pass can leave garbage only a second one frees (weak references).
   globalThis.gc();
   globalThis.gc();
-  const { heapUsed, rss } = process.memoryUsage();
-  return { heapUsedBytes: heapUsed, rssBytes: rss };
+  return process.memoryUsage().heapUsed;
 }
 
 async function main([calls = 1_000_000]: number[]): Promise<Report> {
@@ -49,15 +49,12 @@ async function main([calls = 1_000_000]: number[]): Promise<Report> {
   let [made, executed, refused] = [0, 0, 0];
   const callUntil = async (limit: number) => {
     for (; made < limit; made++) {
-      try {
-        const result = await call(randomUUID());
-        if (Reflect.get(Object(result.structuredContent), 'charged') !== AMOUNT)
-          throw new Error('expected a charge');
-        executed += 1;
-      } catch (error) {
-        if (idempotencyErrorOf(error)?.type !== IdempotencyErrorType.storeFull) throw error;
-        refused += 1;
-      }
+      const outcome = await timed(() => call(randomUUID()));
+      const full = !outcome.ok && idempotencyErrorOf(outcome.error)?.type === IdempotencyErrorType.storeFull;
+      if (chargeOf(outcome)?.charged === AMOUNT) executed += 1;
+      else if (full) refused += 1;
+      else
+        throw new WrongAnswerError(`memory: expected a charge or store full, got ${JSON.stringify(outcome)}`);
     }
   };
   await callUntil(Math.min(cap, calls));
@@ -66,29 +63,25 @@ async function main([calls = 1_000_000]: number[]): Promise<Report> {
   const seconds = (performance.now() - started) / 1000;
   const after = heap();
   if (executed !== Math.min(cap, calls) || refused !== Math.max(0, calls - cap) || store.size !== executed) {
-    throw new Error(
-      `expected ${Math.min(cap, calls)} executed and the rest refused; got ${executed}, ${refused}`,
+    throw new WrongAnswerError(
+      `expected ${Math.min(cap, calls)} executed, then refusals; got ${executed}, ${refused}`,
     );
   }
   // The heap one stored result takes: as many results as records, each with its own text.
   const held: unknown[] = new Array(executed);
-  const bare = heap().heapUsedBytes;
+  const bare = heap();
   for (let i = 0; i < executed; i++) held[i] = chargeResult(1_000_000 + i);
   // The holding array's own slots (8 bytes each) are not part of a result.
-  const resultBytes = (heap().heapUsedBytes - bare - 8 * executed) / held.length;
-  const bytesPerRecord = (after.heapUsedBytes - before.heapUsedBytes) / executed;
-  const growth = after.heapUsedBytes / atCap.heapUsedBytes;
-  const row = (label: string, at: typeof before) => [label, mb(at.heapUsedBytes), mb(at.rssBytes)];
+  const resultBytes = (heap() - bare - 8 * executed) / held.length;
+  const bytesPerRecord = (after - before) / executed;
+  const growth = after / atCap;
+  const heapUsed = { before, atCap, after };
   return {
     title: `Memory after ${int(calls)} distinct keyed calls (default cap ${int(cap)}, retention 300 s)`,
     how: 'The guard with the demo defaults in front of the charge, called directly; its own process, figures after global.gc().',
     table: [
       `executed ${int(executed)}, refused with idempotency_store_full ${int(refused)}, records stored ${int(store.size)} (${seconds.toFixed(1)} s)`,
-      table('after global.gc() | heap used | RSS', [
-        row('before (warm, nothing stored)', before),
-        row(`at the cap (${int(cap)} calls)`, atCap),
-        row(`after ${int(calls)} calls`, after),
-      ]),
+      `heap used: ${mb(before)} before (warm, nothing stored), ${mb(atCap)} at the cap, ${mb(after)} after ${int(calls)} calls`,
       `per record: ${int(bytesPerRecord)} B of heap = stored result ${int(resultBytes)} B + the record itself ${int(bytesPerRecord - resultBytes)} B`,
     ].join('\n'),
     checks: [
@@ -98,19 +91,7 @@ async function main([calls = 1_000_000]: number[]): Promise<Report> {
         met: store.size === cap && growth <= BOUNDED,
       },
     ],
-    figures: {
-      calls,
-      cap,
-      executed,
-      refused,
-      recordsStored: store.size,
-      seconds,
-      before,
-      atCap,
-      after,
-      bytesPerRecord,
-      resultBytes,
-    },
+    figures: { calls, cap, executed, refused, seconds, heapUsed, bytesPerRecord, resultBytes },
   };
 }
 

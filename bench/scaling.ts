@@ -4,8 +4,8 @@
 //   node --max-old-space-size=4096 --import tsx bench/scaling.ts <rounds> <batch> <sizes…>
 // Each size gets its own memory store, filled through the store's own claim and complete with
 // the charge tool's response (each its own text, as real ones would be), and a server over the
-// in-memory transport. The sizes are interleaved in this one process, so all of them see the
-// same heap: what differs is only the store's size.
+// in-memory transport. The sizes are the variants of one interleaved group in this one process,
+// so all of them see the same heap, and a size's ratio is its median over the fewest's.
 
 import { randomUUID } from 'node:crypto';
 import {
@@ -16,16 +16,16 @@ import {
   MemoryIdempotencyStore,
 } from '../idempotency/index.js';
 import { connectInProcess } from '../test/support/in-process.js';
-import { chargeResult, makeVariants, VARIANT_LABEL } from './calls.js';
-import { answerIfMain, type Group, int, interleave, type Report, table, us } from './harness.js';
+import { chargeResult, type Endpoint, makeVariants } from './calls.js';
+import { answerIfMain, int, interleave, type Report, table, us, type Variant } from './harness.js';
 
 /** "Flat": the median with the most records stored within 10% of the median with the fewest. */
 const FLAT = 1.1;
 
 async function main([rounds = 10, batch = 500, ...sizes]: number[]): Promise<Report> {
   const started = performance.now();
-  const groups: Array<Group<{ storedRecords: number }>> = [];
-  const closers: Array<() => Promise<void>> = [];
+  const endpoints: Endpoint[] = [];
+  const variants: Variant[] = [];
   try {
     for (const records of sizes) {
       // Room for the fill and every call measured after it: never full. One caller fills it.
@@ -41,47 +41,38 @@ async function main([rounds = 10, batch = 500, ...sizes]: number[]): Promise<Rep
       }
       if (store.size !== records) throw new Error(`filled ${store.size} records, not ${records}`);
       const { client, decisions, close } = await connectInProcess({ store });
-      closers.push(close);
       const endpoint = { client, refresh: async () => void decisions.splice(0), close };
-      const { baseline, first } = makeVariants(endpoint, endpoint, `scaling, ${records} records`);
-      const group = { batchCalls: batch, warmupCalls: batch, afterRound: endpoint.refresh };
-      groups.push({ meta: { storedRecords: records }, variants: [baseline, first], ...group });
+      endpoints.push(endpoint);
+      const { first } = makeVariants(endpoint, endpoint, `scaling, ${records} records`);
+      variants.push({ ...first, name: String(records) });
     }
     const fillSeconds = (performance.now() - started) / 1000;
-    const rows = await interleave(groups, rounds);
-    const fewest = new Map<string, number>();
-    for (const row of rows) if (!fewest.has(row.variant)) fewest.set(row.variant, row.medianUs);
-    const ratioToFewest = (row: (typeof rows)[number]) =>
-      row.medianUs / (fewest.get(row.variant) ?? Number.NaN);
-    const firsts = rows.filter((row) => row.variant === 'first');
-    const [least, most] = [firsts[0], firsts.at(-1)];
+    const afterRound = async () => void (await Promise.all(endpoints.map((endpoint) => endpoint.refresh())));
+    const group = { meta: {}, variants, batchCalls: batch, afterRound };
+    const rows = (await interleave([group], { rounds, warmupRounds: 1 })).map(({ variant, ...row }) => ({
+      storedRecords: Number(variant),
+      ...row,
+    }));
+    const [least, most] = [rows[0], rows.at(-1)];
+    if (!least || !most) throw new Error('no store sizes given');
     return {
       title: 'Scaling: keyed first execution with records already stored (in process, memory store)',
       how: `Stores filled through claim and complete (${fillSeconds.toFixed(1)} s); ${rounds} interleaved rounds of ${batch} calls.`,
       table: table(
-        'records stored | variant | median µs | p99 µs | ratio to fewest',
-        rows.map((row) => [
-          int(row.storedRecords),
-          VARIANT_LABEL[row.variant] ?? '',
-          us(row.medianUs),
-          us(row.p99Us),
-          ratioToFewest(row).toFixed(3),
-        ]),
+        'records stored | median µs | p99 µs | ratio to fewest',
+        rows.map((row) => [int(row.storedRecords), us(row.medianUs), us(row.p99Us), row.ratio.toFixed(3)]),
       ),
-      checks:
-        least && most
-          ? [
-              {
-                target: `first execution flat from ${least.storedRecords.toExponential(0)} to ${most.storedRecords.toExponential(0)} stored records (≤ ${FLAT} ×)`,
-                figure: `${ratioToFewest(most).toFixed(3)} × (${least.medianUs.toFixed(1)} → ${most.medianUs.toFixed(1)} µs)`,
-                met: ratioToFewest(most) <= FLAT,
-              },
-            ]
-          : [],
-      figures: { fillSeconds, rows: rows.map((row) => ({ ...row, ratioToFewest: ratioToFewest(row) })) },
+      checks: [
+        {
+          target: `first execution flat from ${least.storedRecords.toExponential(0)} to ${most.storedRecords.toExponential(0)} stored records (≤ ${FLAT} ×)`,
+          figure: `${most.ratio.toFixed(3)} × (${least.medianUs.toFixed(1)} → ${most.medianUs.toFixed(1)} µs)`,
+          met: most.ratio <= FLAT,
+        },
+      ],
+      figures: { fillSeconds, rows },
     };
   } finally {
-    await Promise.allSettled(closers.map((close) => close()));
+    await Promise.allSettled(endpoints.map((endpoint) => endpoint.close()));
   }
 }
 

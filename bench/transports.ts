@@ -22,18 +22,19 @@ import {
   type TransportName,
   VARIANT_LABEL,
 } from './calls.js';
-import { type Group, interleave, type Report, type Row, table, us, type Variant, yesNo } from './harness.js';
+import { type Group, interleave, type Report, table, us, type Variant, yesNo } from './harness.js';
 
 export interface TransportPlan {
   rounds: number;
-  /** Timed calls per variant per round, and untimed ones before the first round. */
+  warmupRounds: number;
+  /** Calls per variant per round. */
   batchCalls: Record<TransportName | '100 KB', number>;
-  warmupCalls: Record<TransportName | '100 KB', number>;
 }
 
 type CallGroup = { transport: TransportName; store: StoreName; era: Era; arguments: string };
 
-const SETUPS: ReadonlyArray<[TransportName, StoreName, Era]> = [
+/** What is measured, in this order; the other questions call the same servers. */
+export const SETUPS: ReadonlyArray<[TransportName, StoreName, Era]> = [
   ['in-process', 'memory', MODERN],
   ['stdio', 'memory', MODERN],
   ['stdio', 'memory', LEGACY],
@@ -52,27 +53,20 @@ const TARGETS: Record<TransportName, Record<string, number | undefined>> = {
 };
 
 export async function measureTransports(
-  servers: (transport: TransportName, store: StoreName) => Promise<ServerPair | undefined>,
+  servers: (transport: TransportName, store: StoreName) => ServerPair | undefined,
   plan: TransportPlan,
   progress: (line: string) => void,
 ): Promise<Report> {
   const groups: Array<Group<CallGroup>> = [];
   const large = orderArgumentsOfSize(100 * 1_024);
   for (const [transport, store, era] of SETUPS) {
-    const pair = await servers(transport, store);
+    const pair = servers(transport, store);
     if (!pair) continue; // no Redis: said in the report
     const [fast, slow] = await Promise.all([pair.fast.connect(era), pair.slow.connect(era)]);
     const where = `${transport}, ${store} store, ${era}`;
     const afterRound = async () => void (await Promise.all([fast.refresh(), slow.refresh()]));
-    const group = (size: TransportName | '100 KB', meta: CallGroup, variants: Variant[]) => {
-      groups.push({
-        meta,
-        variants,
-        batchCalls: plan.batchCalls[size],
-        warmupCalls: plan.warmupCalls[size],
-        afterRound,
-      });
-    };
+    const group = (size: TransportName | '100 KB', meta: CallGroup, variants: Variant[]) =>
+      groups.push({ meta, variants, batchCalls: plan.batchCalls[size], afterRound });
     const meta = { transport, store, era, arguments: `{"amount":${AMOUNT}}` };
     group(transport, meta, Object.values(makeVariants(fast, slow, where)));
     if (transport === 'stdio' && store === 'memory' && era === MODERN) {
@@ -80,34 +74,31 @@ export async function measureTransports(
       group('100 KB', { ...meta, arguments: `100 KB (${jsonBytes(large)} B)` }, [baseline, first]);
     }
   }
-  const rows = await interleave(groups, plan.rounds, progress);
-  const targetOf = (row: Row<CallGroup>) =>
-    row.store === 'memory' && row.arguments.startsWith('{') ? TARGETS[row.transport][row.variant] : undefined;
-  const counts = (by: Record<string, number>) => Object.entries(by).map(([name, n]) => `${name} ${n}`);
-  const noRedis = (await servers('stdio', 'redis'))
-    ? ''
-    : '\nRedis skipped: install redis-server or set REDIS_URL.';
+  const rows = (await interleave(groups, plan, progress)).map((row) => ({
+    ...row,
+    target:
+      row.store === 'memory' && row.arguments.startsWith('{')
+        ? TARGETS[row.transport][row.variant]
+        : undefined,
+  }));
+  const counts = Object.entries(plan.batchCalls).map(([name, n]) => `${name} ${n}`);
+  const noRedis = servers('stdio', 'redis') ? '' : '\nRedis skipped: install redis-server or set REDIS_URL.';
   return {
     title: 'Per-call latency of tools/call, by transport, store and protocol era',
     how:
-      `${plan.rounds} interleaved rounds of ${counts(plan.batchCalls).join(', ')} timed calls per variant ` +
-      `(after ${counts(plan.warmupCalls).join(', ')} warm-up calls); one client, one call at a time.\n` +
-      'ratio = median / the unkeyed median of the same group; by round: its lowest and highest round.\n' +
+      `${plan.rounds} interleaved rounds (after ${plan.warmupRounds} of warm-up) of ${counts.join(', ')} calls ` +
+      'per variant; one client, one call at a time.\n' +
+      'ratio = median / the unkeyed median of the same group.\n' +
       `In progress: the original runs on an identical server whose charge takes ${SLOW_CHARGE_MS} ms.${noRedis}`,
     table: table(
-      'transport | store | era | arguments | variant | median µs | p99 µs | ratio | by round | target',
-      rows.map((row) => {
-        const target = targetOf(row);
-        const [low, high] = row.roundRatio.map((ratio) => ratio.toFixed(2));
-        return [
-          ...[row.transport, row.store, row.era, row.arguments, VARIANT_LABEL[row.variant] ?? row.variant],
-          ...[us(row.medianUs), us(row.p99Us), row.ratio.toFixed(3), `${low}–${high}`],
-          target === undefined ? '' : `≤ ${target.toFixed(2)} ${yesNo(row.ratio <= target)}`,
-        ];
-      }),
+      'transport | store | era | arguments | variant | median µs | p99 µs | ratio | target',
+      rows.map((row) => [
+        ...[row.transport, row.store, row.era, row.arguments, VARIANT_LABEL[row.variant] ?? row.variant],
+        ...[us(row.medianUs), us(row.p99Us), row.ratio.toFixed(3)],
+        row.target === undefined ? '' : `≤ ${row.target.toFixed(2)} ${yesNo(row.ratio <= row.target)}`,
+      ]),
     ),
-    checks: rows.flatMap((row) => {
-      const target = targetOf(row);
+    checks: rows.flatMap(({ target, ...row }) => {
       const what = `${row.transport}, ${row.store}, ${row.era}, ${VARIANT_LABEL[row.variant]}`;
       const figure = `${row.ratio.toFixed(3)} × (${row.medianUs.toFixed(1)} µs)`;
       return target === undefined
