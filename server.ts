@@ -47,9 +47,6 @@ import { type Ledger, MemoryLedger, RedisLedger } from './ledger.js';
 import { batchDecisionLines, DEFAULT_LOG_FLUSH_MS, log, logDecision, reportSdkError } from './log.js';
 import { serveStdio } from './stdio.js';
 
-// The decision log, where the benchmark and the v1 test server take it from.
-export { logDecision } from './log.js';
-
 export const SERVER_INFO = { name: 'sep-3182-idempotency-demo', version: '0.1.0' };
 
 export interface DemoServerOptions {

@@ -20,6 +20,7 @@ import {
 } from '../idempotency/index.js';
 import { connectHttpClient, connectToServer, type Era, startHttpInstance } from '../launch.js';
 import { MemoryLedger } from '../ledger.js';
+import { DEFAULT_LOG_FLUSH_MS } from '../log.js';
 import { connectInProcess } from '../test/support/in-process.js';
 import { type Outcome, timed, type Variant } from './harness.js';
 
@@ -87,6 +88,8 @@ export async function openServer(
   // ONE_CALLER_QUOTA, as the server's options.
   const args = [`--charge-latency-ms=${latencyMs}`, `--max-records-per-caller=${DEFAULT_MAX_RECORDS}`];
   args.push(`--max-bytes-per-caller=${DEFAULT_MAX_BYTES}`);
+  // The decision log as users run it, batched: the launchers write each line at once for the tests.
+  args.push(`--log-flush-ms=${DEFAULT_LOG_FLUSH_MS}`);
   if (store === 'redis' && redis) {
     args.push('--store=redis', `--redis-url=${redis.url}`);
     args.push(`--redis-prefix=${serverPrefix(redis, transport, speed)}`);

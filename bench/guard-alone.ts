@@ -18,7 +18,7 @@ import {
   type JsonObject,
   MemoryIdempotencyStore,
 } from '../idempotency/index.js';
-import { logDecision } from '../server.js';
+import { logDecision } from '../log.js';
 import { AMOUNT, chargeResult, jsonBytes, orderArgumentsOfSize, TOOL, WrongAnswerError } from './calls.js';
 import { answerIfMain, type Report, rotate, summarize, table } from './harness.js';
 
@@ -52,8 +52,8 @@ async function pieces(): Promise<Piece[]> {
     '1 KB': orderArgumentsOfSize(1_024),
     '100 KB': orderArgumentsOfSize(102_400),
   };
-  // Once per keyed decision, before the guard's answer goes out, written synchronously (stderr
-  // is a pipe, and Node writes pipes synchronously on Linux).
+  // Once per keyed decision, before the guard's answer goes out: built and batched (log.ts), the
+  // batch written to stderr (a pipe, written synchronously on Linux) every 25 ms.
   const event: DecisionEvent = { decision: 'executed', scope: 'local', idempotencyKey: key, durationMs: 0.1 };
   const logLine = () => logDecision({ ...event, tool: TOOL });
   const input = 'no-op tool, small arguments';
@@ -67,7 +67,7 @@ async function pieces(): Promise<Piece[]> {
     ...Object.entries(sizes).map(([label, args]) =>
       piece('fingerprint', `${label} (${jsonBytes(args)} B)`, fingerprint, parse(args)),
     ),
-    piece('decision log line', 'written to stderr (a pipe)', logLine),
+    piece('decision log line', 'batched for stderr (a pipe)', logLine),
   ];
 }
 

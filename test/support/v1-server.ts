@@ -10,14 +10,8 @@ import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js'
 import { MemoryIdempotencyStore } from '../../idempotency/index.js';
 import { installIdempotencyGuard, verifyGuardSeesKeys } from '../../idempotency/sdk-v1.js';
 import { MemoryLedger } from '../../ledger.js';
-import { batchDecisionLines } from '../../log.js';
-import {
-  logDecision,
-  parseServerArgs,
-  registerDemoTools,
-  SERVER_INFO,
-  type ToolRegistry,
-} from '../../server.js';
+import { batchDecisionLines, logDecision } from '../../log.js';
+import { parseServerArgs, registerDemoTools, SERVER_INFO, type ToolRegistry } from '../../server.js';
 
 const config = parseServerArgs(process.argv.slice(2));
 batchDecisionLines(config.logFlushMs);
