@@ -639,9 +639,7 @@ async function refundAsksFirst(): Promise<void> {
     );
     const balance = await balanceOf(server.client);
     expect(s, 'one refund on the ledger', balance === -4200, `balance ${balance}`);
-    const decided = server.stderrLines
-      .filter((line) => line.includes('"event":"idempotency"'))
-      .map((line) => String(JSON.parse(line).decision));
+    const decided = server.decisions().map((d) => String(d.decision));
     say(`  the guard decided: ${decided.join(', ')}`);
     expect(
       s,

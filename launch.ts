@@ -73,6 +73,8 @@ export interface ServerConnection {
   discovery: unknown;
   /** The server's stderr, one line per element (its decision log). */
   stderrLines: string[];
+  /** The guard's decision log lines, parsed. */
+  decisions(): Array<Record<string, unknown>>;
   close(): Promise<void>;
 }
 
@@ -151,7 +153,21 @@ export async function connectToServer(
   });
   const client = newClient(era, askUser);
   const discovered = await connectReadingCapabilities(client, era, transport);
-  return { client, era, ...discovered, stderrLines, close: () => client.close() };
+  return {
+    client,
+    era,
+    ...discovered,
+    stderrLines,
+    decisions: () => decisionsIn(stderrLines),
+    close: () => client.close(),
+  };
+}
+
+/** The guard's decision lines among a server's stderr lines, parsed. */
+function decisionsIn(stderrLines: string[]): Array<Record<string, unknown>> {
+  return stderrLines
+    .filter((line) => line.includes('"event":"idempotency"'))
+    .map((line) => Object.fromEntries(Object.entries(JSON.parse(line))));
 }
 
 /** A server process serving stateless Streamable HTTP on loopback. */
@@ -223,10 +239,7 @@ export async function startHttpInstance(
     pid,
     url,
     stderrLines,
-    decisions: () =>
-      stderrLines
-        .filter((line) => line.includes('"event":"idempotency"'))
-        .map((line) => Object.fromEntries(Object.entries(JSON.parse(line)))),
+    decisions: () => decisionsIn(stderrLines),
     kill: () => end('SIGKILL', 0),
     stop: (graceMs = 30_000) => end('SIGTERM', graceMs),
   };

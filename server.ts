@@ -250,9 +250,11 @@ function registerRefundTool(mcp: McpServer, ledger: Ledger, codec: RequestStateC
       // Verified by the SDK before this runs (`requestState.verify`): integrity, expiry, caller.
       const state = ctx.mcpReq.requestState<RefundState>();
       const answers = ctx.mcpReq.inputResponses;
+      // Only an answer to this refund's own question counts.
       const ours = state?.tool === 'refund_order' && state.orderId === orderId && state.amount === amount;
-      const answer = inputResponse(ours ? answers : undefined, 'confirm');
-      const content = acceptedContent(answers, 'confirm', confirmation);
+      const given = ours ? answers : undefined;
+      const answer = inputResponse(given, 'confirm');
+      const content = acceptedContent(given, 'confirm', confirmation);
       if (answer.kind !== 'elicit' || (answer.action === 'accept' && content === undefined)) {
         // The opening round, or an answer this refund cannot use (another refund's state, a
         // malformed answer): ask. The SDK's way with an unusable answer is to ask again.

@@ -77,18 +77,9 @@ interface Target {
   close(): Promise<void>;
 }
 
-function decisionsIn(lines: Iterable<Record<string, unknown>>): string[] {
-  return [...lines].filter((line) => line.event === 'idempotency').map((line) => String(line.decision));
-}
-
-function parsedLines(lines: string[]): Array<Record<string, unknown>> {
-  return lines.flatMap((line) => {
-    try {
-      return [JSON.parse(line) as Record<string, unknown>];
-    } catch {
-      return [];
-    }
-  });
+/** What the guard decided, in the order of the log's lines. */
+function decisionsIn(lines: Array<Record<string, unknown>>): string[] {
+  return lines.map((line) => String(line.decision));
 }
 
 function describeContinuationRules(label: string, start: () => Promise<Target | undefined>): void {
@@ -250,7 +241,7 @@ describeContinuationRules('over stdio', async () => {
   return {
     opens: server.client,
     continues: server.client,
-    decisions: () => decisionsIn(parsedLines(server.stderrLines)),
+    decisions: () => decisionsIn(server.decisions()),
     close: server.close,
   };
 });
@@ -384,7 +375,7 @@ describe('a refund from a 2025-11-25 client, the question asked inside the call'
       expect(result.structuredContent).toMatchObject({ refunded: 4200 });
       expect(await callTool(server.client, call)).toStrictEqual(result);
       expect([asked, await balanceOf(server.client)]).toStrictEqual([1, -4200]);
-      const decided = () => decisionsIn(parsedLines(server.stderrLines));
+      const decided = () => decisionsIn(server.decisions());
       await waitUntil(async () => decided().length >= 3).catch(() => {});
       expect(decided()).toStrictEqual(['inProgress', 'executed', 'replayed']);
     } finally {

@@ -79,10 +79,7 @@ describe('a server started as users start it, its decision lines batched', () =>
     try {
       const call = { name: 'charge_guarded', arguments: { amount: 1 }, idempotencyKey: randomUUID() };
       for (let i = 0; i < 3; i++) await callTool(server.client, call);
-      const decided = () =>
-        server.stderrLines
-          .filter((line) => line.includes('"event":"idempotency"'))
-          .map((line) => JSON.parse(line).decision);
+      const decided = () => server.decisions().map((d) => d.decision);
       await waitUntil(async () => decided().length >= 3, 2_000);
       expect(decided()).toStrictEqual(['executed', 'replayed', 'replayed']);
     } finally {
