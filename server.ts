@@ -35,6 +35,7 @@ import {
   type IdempotencyStore,
   MemoryIdempotencyStore,
   principalScope,
+  providerKey,
 } from './idempotency/index.js';
 import {
   closeRedis,
@@ -43,7 +44,13 @@ import {
   RedisIdempotencyStore,
 } from './idempotency/redis-store.js';
 import { installIdempotencyGuard, verifyGuardSeesKeys } from './idempotency/sdk-v2.js';
-import { type Ledger, MemoryLedger, RedisLedger } from './ledger.js';
+import {
+  DEFAULT_PROVIDER_TIMEOUT_MS,
+  type Ledger,
+  MemoryLedger,
+  ProviderLedger,
+  RedisLedger,
+} from './ledger.js';
 import { batchDecisionLines, DEFAULT_LOG_FLUSH_MS, log, logDecision, reportSdkError } from './log.js';
 import { serveStdio } from './stdio.js';
 
@@ -118,9 +125,10 @@ export interface ToolRegistry {
 
 /** The demo's tools, with no idempotency logic in any of them. */
 export function registerDemoTools(tools: ToolRegistry, ledger: Ledger, store: IdempotencyStore): void {
-  // Same body for both charge tools, as in the Python prototype.
+  // Same body for both charge tools, as in the Python prototype. The provider's own key is passed
+  // along as with any payment SDK; the guard's execution context derives it from the MCP call.
   const charge = async ({ amount }: { amount: number }) => {
-    const balance = await ledger.charge(amount);
+    const balance = await ledger.charge(amount, { idempotencyKey: providerKey('charge') });
     return {
       content: [{ type: 'text' as const, text: `Charged ${amount}. New balance: ${balance}` }],
       structuredContent: { charged: amount, balance },
@@ -277,7 +285,7 @@ function registerRefundTool(mcp: McpServer, ledger: Ledger, codec: RequestStateC
           structuredContent: { orderId, refunded: 0, balance },
         };
       }
-      const balance = await ledger.refund(amount);
+      const balance = await ledger.refund(amount, { orderId, idempotencyKey: providerKey('refund') });
       return {
         content: [{ type: 'text', text: `Refunded ${amount} to order ${orderId}. New balance: ${balance}` }],
         structuredContent: { orderId, refunded: amount, balance },
@@ -324,6 +332,11 @@ export interface ServerConfig {
   /** Seed nodes of a Redis Cluster: when set, the store and the ledger use it, not `redisUrl`. */
   redisCluster: string[] | undefined;
   redisPrefix: string;
+  /** A payment provider over HTTP (docs/provider-wire.md); unset: the in-process ledger. */
+  providerUrl: URL | undefined;
+  /** Whether the tools' provider keys are sent: `none` shows the window they close. */
+  providerKeys: 'derived' | 'none';
+  providerTimeoutMs: number;
   chargeLatencyMs: number;
   retentionMs: number;
   maxRecords: number;
@@ -341,7 +354,13 @@ const USAGE = `Usage: tsx server.ts [options]
   --redis-url URL           default $REDIS_URL, else redis://127.0.0.1:6379
   --redis-cluster URL,URL…  a Redis Cluster instead: some of its nodes' URLs (needs --store redis)
   --redis-prefix P          prefix of every Redis key this server writes (default sep3182:)
-  --charge-latency-ms N     the simulated provider takes N ms per charge (default 0)
+  --provider-url URL        charge a payment provider over HTTP (provider.ts, or any that follows
+                            docs/provider-wire.md), with an Idempotency-Key derived from the MCP call;
+                            unset: the in-process ledger, the provider that takes no keys
+  --provider-keys derived|none  send the derived key to the provider (default derived), or none,
+                            to show the window the key closes
+  --provider-timeout-ms N   how long one provider request may take (default ${DEFAULT_PROVIDER_TIMEOUT_MS})
+  --charge-latency-ms N     the in-process ledger takes N ms per charge (default 0)
   --retention-seconds N     how long a completed key is remembered (default ${DEFAULT_RETENTION_MS / 1000})
   --max-records N           cap on records in the memory store (default ${DEFAULT_MAX_RECORDS})
   --max-records-per-caller N  quota of live records per caller, either store (default ${DEFAULT_MAX_RECORDS_PER_SCOPE})
@@ -368,6 +387,9 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
       'redis-url': { type: 'string', default: env.REDIS_URL ?? 'redis://127.0.0.1:6379' },
       'redis-cluster': { type: 'string' },
       'redis-prefix': { type: 'string', default: 'sep3182:' },
+      'provider-url': { type: 'string' },
+      'provider-keys': { type: 'string', default: 'derived' },
+      'provider-timeout-ms': { type: 'string', default: String(DEFAULT_PROVIDER_TIMEOUT_MS) },
       'charge-latency-ms': { type: 'string', default: '0' },
       'retention-seconds': { type: 'string', default: String(DEFAULT_RETENTION_MS / 1000) },
       'max-records': { type: 'string', default: String(DEFAULT_MAX_RECORDS) },
@@ -384,6 +406,13 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
   if (redisCluster && store !== 'redis') throw new Error('--redis-cluster needs --store redis');
   if (redisCluster?.some((url) => url === ''))
     throw new Error(`--redis-cluster takes comma-separated URLs, got "${values['redis-cluster']}"`);
+  const providerUrl = values['provider-url'] === undefined ? undefined : httpUrl(values['provider-url']);
+  const providerKeys = values['provider-keys'];
+  if (providerKeys !== 'derived' && providerKeys !== 'none')
+    throw new Error(`--provider-keys must be derived or none, got "${providerKeys}"`);
+  const chargeLatencyMs = integerOption('--charge-latency-ms', values['charge-latency-ms'], 0);
+  if (providerUrl && chargeLatencyMs > 0)
+    throw new Error("--charge-latency-ms is the in-process ledger's; give the provider its own --latency-ms");
   return {
     transport: values.http ? 'http' : 'stdio',
     host: values.host,
@@ -392,7 +421,10 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
     redisUrl: values['redis-url'],
     redisCluster,
     redisPrefix: values['redis-prefix'],
-    chargeLatencyMs: integerOption('--charge-latency-ms', values['charge-latency-ms'], 0),
+    providerUrl,
+    providerKeys,
+    providerTimeoutMs: integerOption('--provider-timeout-ms', values['provider-timeout-ms'], 1),
+    chargeLatencyMs,
     retentionMs: 1000 * integerOption('--retention-seconds', values['retention-seconds'], 1),
     maxRecords: integerOption('--max-records', values['max-records'], 1),
     maxRecordsPerCaller: integerOption('--max-records-per-caller', values['max-records-per-caller'], 1),
@@ -400,6 +432,13 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
     leaseMs: integerOption('--in-progress-lease-ms', values['in-progress-lease-ms'], 1),
     logFlushMs: integerOption('--log-flush-ms', values['log-flush-ms'], 0),
   };
+}
+
+function httpUrl(raw: string): URL {
+  const url = URL.canParse(raw) ? new URL(raw) : undefined;
+  if (url?.protocol !== 'http:' && url?.protocol !== 'https:')
+    throw new Error(`--provider-url must be an http(s) URL, got "${raw}"`);
+  return url;
 }
 
 function integerOption(name: string, raw: string, min: number): number {
@@ -410,10 +449,19 @@ function integerOption(name: string, raw: string, min: number): number {
   return value;
 }
 
-/** The dedup store and the ledger: both in this process, or both shared in Redis. */
+/**
+ * The dedup store and the ledger: both in this process, or both shared in Redis; or the ledger
+ * is a payment provider over HTTP, which every instance shares by itself.
+ */
 async function openBackends(
   config: ServerConfig,
 ): Promise<{ store: IdempotencyStore; ledger: Ledger; close(): Promise<void> }> {
+  const provider =
+    config.providerUrl &&
+    new ProviderLedger(config.providerUrl, {
+      sendKeys: config.providerKeys === 'derived',
+      timeoutMs: config.providerTimeoutMs,
+    });
   if (config.store === 'memory') {
     return {
       store: new MemoryIdempotencyStore({
@@ -421,7 +469,7 @@ async function openBackends(
         maxRecordsPerScope: config.maxRecordsPerCaller,
         maxBytesPerScope: config.maxBytesPerCaller,
       }),
-      ledger: new MemoryLedger(config.chargeLatencyMs),
+      ledger: provider ?? new MemoryLedger(config.chargeLatencyMs),
       close: async () => {},
     };
   }
@@ -435,7 +483,8 @@ async function openBackends(
       maxRecordsPerScope: config.maxRecordsPerCaller,
       maxBytesPerScope: config.maxBytesPerCaller,
     }),
-    ledger: new RedisLedger(client, config.chargeLatencyMs, `${config.redisPrefix}ledger:balance`),
+    ledger:
+      provider || new RedisLedger(client, config.chargeLatencyMs, `${config.redisPrefix}ledger:balance`),
     close: () => closeRedis(client),
   };
 }
@@ -467,7 +516,8 @@ async function main(): Promise<void> {
     onDecision: logDecision,
   };
   // Redis URLs may carry a password; host and port mean nothing over stdio (HTTP logs its url).
-  const { redisUrl: _url, redisCluster: _seeds, host: _host, port: _port, ...shown } = config;
+  const { redisUrl: _url, redisCluster: _seeds, host: _host, port: _port, providerUrl, ...rest } = config;
+  const shown = { ...rest, provider: providerUrl?.origin ?? 'in-process' };
   const closers: Array<() => Promise<void>> = [];
   let stopping: Promise<void> | undefined;
   const shutdown = () => {

@@ -54,6 +54,8 @@ export const Messages = {
   argumentsUnfingerprintable: (reason: string) => `arguments cannot be compared for idempotency: ${reason}`,
   leaseOutlived:
     'the call outlived its in-progress lease and the key was claimed again; its response was not recorded',
+  outcomeUnknown: (reason: string | undefined) =>
+    `the tool could not tell whether its side effect happened (${reason}); nothing was recorded, so a retry with the same key executes again, with the same provider key`,
   inProgress: 'A request with this idempotencyKey is still in progress; retry later with the same key',
   conflict:
     'This idempotencyKey was already used with a different tool or different arguments; use a new key for a new operation',

@@ -19,6 +19,7 @@ import {
   JsonRpcError,
   Messages,
 } from './errors.js';
+import { runExecution, ToolExecution } from './execution.js';
 import { fingerprintToolCall } from './fingerprint.js';
 import { checkIdempotencyKey } from './key.js';
 import type {
@@ -146,8 +147,10 @@ async function guardToolCall(
   dispatch: Dispatch,
   settings: GuardSettings,
 ): Promise<JsonObject> {
-  // SEP: no key, exactly today's behaviour. Every call executes.
-  if (!Object.hasOwn(params, 'idempotencyKey')) return dispatch();
+  const tool = typeof params.name === 'string' ? params.name : '';
+  // SEP: no key, exactly today's behaviour. Every call executes, with provider keys of its own.
+  if (!Object.hasOwn(params, 'idempotencyKey'))
+    return runExecution(new ToolExecution(settings.scopeOf(caller), tool), dispatch);
 
   const log = new DecisionLog(settings.onDecision, params.name);
 
@@ -216,10 +219,12 @@ async function guardToolCall(
   // The dispatch runs to its end even when the SDK has aborted the request (a client that hung
   // up, a stdio input that ended): its answer is recorded so the retry replays it. While it
   // runs, the lease is renewed: a live call never loses its claim, however long it takes.
+  // The tool runs in an execution context that names this record, for its provider's key.
   const lease = new LeaseRenewal(settings.store, claim.ticket, settings.leaseMs);
-  const outcome = await settle(dispatch);
+  const execution = new ToolExecution(id.scope, tool, idempotencyKey);
+  const outcome = await settle(() => runExecution(execution, dispatch));
   lease.stop();
-  const settlement = settlementOf(outcome, continuation);
+  const settlement = settlementOf(outcome, continuation, execution);
   try {
     const { store, retentionMs, awaitingInputRetentionMs } = settings;
     const recorded =
@@ -228,9 +233,11 @@ async function guardToolCall(
         : settlement === 'awaitingInput'
           ? await store.awaitInput(claim.ticket, outcome.stored, awaitingInputRetentionMs)
           : await store.release(claim.ticket);
+    if (settlement === 'outcomeUnknown')
+      log.decide('unrecorded', id, Messages.outcomeUnknown(execution.outcomeUnknown));
     // Not recorded: the claim lost its key while the call ran (its renewals failed until the
     // lease ran out and a retry claimed the key, or the store was cleared). The operator should know.
-    if (recorded || settlement === 'continuationRefused') log.decide(settlement, id);
+    else if (recorded || settlement === 'continuationRefused') log.decide(settlement, id);
     else log.decide('unrecorded', id, Messages.leaseOutlived);
   } catch (error) {
     // The caller still gets its answer; only a retry of a lost answer could execute again,
@@ -252,11 +259,17 @@ async function guardToolCall(
  *   `requestState`: see `isRefusedContinuation`) settles nothing. Recording it would poison the
  *   key; the key goes back to awaiting input, or to no record if there was none. (An answer the
  *   tool cannot use is the tool's to handle: the SDK's way, and the demo's, is to ask again.)
+ * - A round whose tool said its outcome is unknown (a provider call that gave up without knowing
+ *   whether it committed: `ToolExecution.markOutcomeUnknown`) settles nothing either, the same
+ *   way: the retry executes again and sends the provider the same key, which the provider
+ *   replays. Recording it would make the failure final and leave the client only a new key.
  */
 function settlementOf(
   outcome: Outcome,
   continuation: boolean,
-): 'executed' | 'awaitingInput' | 'continuationRefused' {
+  execution: ToolExecution,
+): 'executed' | 'awaitingInput' | 'continuationRefused' | 'outcomeUnknown' {
+  if (execution.outcomeUnknown !== undefined) return 'outcomeUnknown';
   if (!outcome.threw) return outcome.result.resultType === 'input_required' ? 'awaitingInput' : 'executed';
   return continuation && isRefusedContinuation(outcome.stored.error) ? 'continuationRefused' : 'executed';
 }

@@ -8,6 +8,7 @@
 
 export * from './claims-in-flight.js';
 export * from './errors.js';
+export * from './execution.js';
 export * from './fingerprint.js';
 export * from './guard.js';
 export * from './key.js';

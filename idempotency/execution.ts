@@ -1,0 +1,100 @@
+// --- The other hop: the call's identity, handed to the tool that calls a provider ---
+//
+// The guard makes a keyed `tools/call` execute at most once per record. It cannot make the
+// tool's own call to a payment provider safe: that call crosses another network, where a reset
+// socket or a 502 after the provider committed leaves the server as blind as a client that lost
+// its answer. The cure is the same one, one hop further: the provider's own idempotency key
+// (Stripe's, Adyen's, the IETF `Idempotency-Key` header), which the layer that performs the
+// outbound call owns, and which must never change on a retry.
+//
+// So the guard runs every dispatch inside an execution context (AsyncLocalStorage), and a tool
+// asks it for `providerKey(operation)`:
+// - a keyed call gets a key derived from its record's identity (the caller's scope, the MCP
+//   `idempotencyKey`) and the tool: the same on every re-execution of that record, on any
+//   instance, after any restart, so a retry that executes again after a crash sends the provider
+//   the key it already committed, and the provider replays instead of charging twice;
+// - a call without an MCP key gets a fresh key per execution, the same for every provider call
+//   of that execution: the server's own retries toward the provider are safe with no client key.
+// The derived key is never the client's key itself: two callers who chose the same MCP key are
+// two scopes, hence two provider keys, and a client cannot pick the key the provider sees.
+
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { createHash, randomUUID } from 'node:crypto';
+
+/** What the guard knows of one execution of a tool, for the tool's outbound calls. */
+export class ToolExecution {
+  private unknownOutcome: string | undefined;
+  /** The random part of an unkeyed execution's provider keys, minted on first use. */
+  private seed: string | undefined;
+
+  constructor(
+    /** The caller's authorization boundary, as the record is kept under it. */
+    readonly scope: string,
+    /** The tool's name as the client sent it. */
+    readonly tool: string,
+    /** The client's key; undefined when the call carried none. */
+    readonly idempotencyKey?: string,
+  ) {}
+
+  /**
+   * The provider's idempotency key for `operation` (one name per distinct provider call the
+   * tool makes: `charge`, `refund`). See the file header for why each part is in it.
+   */
+  providerKey(operation: string): string {
+    const origin =
+      this.idempotencyKey === undefined ? ['execution', this.unkeyedSeed()] : ['mcp', this.idempotencyKey];
+    // JSON of an array of strings is an unambiguous encoding: no two tuples give one string.
+    const digest = createHash('sha256')
+      .update(JSON.stringify([PROVIDER_KEY_VERSION, this.scope, ...origin, this.tool, operation]))
+      .digest('base64url');
+    return `${PROVIDER_KEY_PREFIX}${digest}`;
+  }
+
+  /**
+   * Says the tool's outcome is unknown: a provider call gave up on failures that leave open
+   * whether it committed (a reset, a timeout, a 502 on every attempt). The guard then records
+   * nothing for this execution, so the client's retry with the same MCP key executes again, with
+   * the same provider key, and the provider replays or executes: recording the failure instead
+   * would leave the client one way forward, a new key, whose new provider key could charge twice.
+   */
+  markOutcomeUnknown(reason: string): void {
+    this.unknownOutcome ??= reason;
+  }
+
+  /** Why the outcome is unknown, if a provider call said so. */
+  get outcomeUnknown(): string | undefined {
+    return this.unknownOutcome;
+  }
+
+  private unkeyedSeed(): string {
+    this.seed ??= randomUUID();
+    return this.seed;
+  }
+}
+
+/** Bump to change every derived key at once (a new derivation must not replay old answers). */
+const PROVIDER_KEY_VERSION = 'mcp-provider-key/1';
+
+/** Marks the keys this derivation made, for whoever reads a provider's dashboard. 47 characters in all, within Stripe's 255. */
+const PROVIDER_KEY_PREFIX = 'mcp_';
+
+const executions = new AsyncLocalStorage<ToolExecution>();
+
+/** Runs `dispatch` with `execution` as the current one (the guard's part). */
+export function runExecution<T>(execution: ToolExecution, dispatch: () => Promise<T>): Promise<T> {
+  return executions.run(execution, dispatch);
+}
+
+/** The execution the running tool belongs to; undefined outside a guarded `tools/call`. */
+export function currentExecution(): ToolExecution | undefined {
+  return executions.getStore();
+}
+
+/**
+ * The provider key for `operation` in the running tool call (see `ToolExecution.providerKey`).
+ * Outside a guarded call (a tool called directly, a server without the guard), a fresh key: it
+ * still makes that one provider call's own retries safe, which is all that can be promised there.
+ */
+export function providerKey(operation: string): string {
+  return currentExecution()?.providerKey(operation) ?? `${PROVIDER_KEY_PREFIX}${randomUUID()}`;
+}

@@ -1,0 +1,185 @@
+// The execution context the guard hands a tool: the provider key it derives from the MCP call,
+// seen from the provider's side (the keys a ledger is handed), in process.
+
+import { execFile } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterEach, describe, expect, it } from 'vitest';
+import { callTool } from '../idempotency/client.js';
+import {
+  currentExecution,
+  MemoryIdempotencyStore,
+  providerKey,
+  ToolExecution,
+} from '../idempotency/index.js';
+import type { ChargeOptions, Ledger, RefundOptions } from '../ledger.js';
+import { connectInProcess, type InProcessConnection, type InProcessOptions } from './support/in-process.js';
+import { textOf } from './support/sep-cases.js';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+
+/** A provider that commits every call and remembers the key each came with. */
+class KeyRecordingLedger implements Ledger {
+  readonly keys: Array<string | undefined> = [];
+  private total = 0;
+  async charge(amount: number, { idempotencyKey }: ChargeOptions = {}): Promise<number> {
+    this.keys.push(idempotencyKey);
+    this.total += amount;
+    return this.total;
+  }
+  refund(amount: number, options: RefundOptions = {}): Promise<number> {
+    return this.charge(-amount, options);
+  }
+  async balance(): Promise<number> {
+    return this.total;
+  }
+  async reset(): Promise<void> {
+    this.total = 0;
+  }
+}
+
+const open: InProcessConnection[] = [];
+afterEach(async () => {
+  await Promise.all(open.splice(0).map((c) => c.close()));
+});
+
+/** A server with a store of its own: a fresh process, as far as records go. */
+async function server(ledger: Ledger, options: Partial<InProcessOptions> = {}): Promise<InProcessConnection> {
+  const connection = await connectInProcess({ store: new MemoryIdempotencyStore(), ledger, ...options });
+  open.push(connection);
+  return connection;
+}
+
+const keyed = (idempotencyKey: string, name = 'charge_guarded', amount = 100) => ({
+  name,
+  arguments: { amount },
+  idempotencyKey,
+});
+
+describe('the provider key of a keyed call', () => {
+  it('is the same when the record executes again on a server that lost it', async () => {
+    const ledger = new KeyRecordingLedger();
+    const key = randomUUID();
+    await callTool((await server(ledger)).client, keyed(key));
+    // Another instance, or this one restarted with an empty memory store: the call runs again.
+    await callTool((await server(ledger)).client, keyed(key));
+    expect(ledger.keys).toHaveLength(2);
+    expect(ledger.keys[0]).toMatch(/^mcp_[A-Za-z0-9_-]{43}$/);
+    expect(ledger.keys[1]).toBe(ledger.keys[0]);
+  });
+
+  it('is the same in another process: nothing of this process enters it', async () => {
+    const ledger = new KeyRecordingLedger();
+    const key = randomUUID();
+    await callTool((await server(ledger, { scope: 'principal:alice' })).client, keyed(key));
+    const script = `import { ToolExecution } from './idempotency/execution.ts';
+process.stdout.write(new ToolExecution('principal:alice', 'charge_guarded', ${JSON.stringify(key)}).providerKey('charge'));`;
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      ['--import', 'tsx', '--input-type=module', '-e', script],
+      {
+        cwd: ROOT,
+        timeout: 20_000,
+      },
+    );
+    expect(stdout).toBe(ledger.keys[0]);
+  });
+
+  it('differs between two callers who chose the same MCP key', async () => {
+    const ledger = new KeyRecordingLedger();
+    const key = randomUUID();
+    const alice = await server(ledger, { scope: 'principal:alice' });
+    const bob = await server(ledger, { scope: 'principal:bob' });
+    await callTool(alice.client, keyed(key));
+    await callTool(bob.client, keyed(key));
+    expect(ledger.keys[0]).not.toBe(ledger.keys[1]);
+  });
+
+  it('differs between tools called with the same MCP key (each on a server of its own, where no record conflicts)', async () => {
+    const ledger = new KeyRecordingLedger();
+    const key = randomUUID();
+    await callTool((await server(ledger)).client, keyed(key, 'charge_guarded'));
+    await callTool((await server(ledger)).client, keyed(key, 'charge_unguarded'));
+    expect(new Set(ledger.keys).size).toBe(2);
+  });
+
+  it('is not the client key, nor contains it', async () => {
+    const ledger = new KeyRecordingLedger();
+    const key = 'order-4711';
+    await callTool((await server(ledger)).client, keyed(key));
+    expect(ledger.keys[0]).not.toContain(key);
+  });
+
+  it('is never sent for a replay: the provider is not called at all', async () => {
+    const ledger = new KeyRecordingLedger();
+    const { client } = await server(ledger);
+    const key = randomUUID();
+    const first = await callTool(client, keyed(key));
+    const retry = await callTool(client, keyed(key));
+    expect(retry).toEqual(first);
+    expect(ledger.keys).toHaveLength(1);
+  });
+});
+
+describe('the provider key of a call without an MCP key', () => {
+  it('is fresh for every execution', async () => {
+    const ledger = new KeyRecordingLedger();
+    const { client } = await server(ledger);
+    const call = { name: 'charge_unguarded', arguments: { amount: 100 } };
+    expect(textOf(await callTool(client, call))).toBe('Charged 100. New balance: 100');
+    expect(textOf(await callTool(client, call))).toBe('Charged 100. New balance: 200');
+    expect(ledger.keys.every((key) => key?.startsWith('mcp_'))).toBe(true);
+    expect(ledger.keys[0]).not.toBe(ledger.keys[1]);
+  });
+
+  it('is the same for every provider call of one execution, so its own retries reuse it', () => {
+    const execution = new ToolExecution('local', 'charge_unguarded');
+    expect(execution.providerKey('charge')).toBe(execution.providerKey('charge'));
+    expect(execution.providerKey('charge')).not.toBe(execution.providerKey('refund'));
+    expect(new ToolExecution('local', 'charge_unguarded').providerKey('charge')).not.toBe(
+      execution.providerKey('charge'),
+    );
+  });
+
+  it('is fresh outside any guarded call', () => {
+    expect(providerKey('charge')).toMatch(/^mcp_/);
+    expect(providerKey('charge')).not.toBe(providerKey('charge'));
+  });
+});
+
+describe('a tool whose outcome is unknown', () => {
+  /** A provider that never answers whether it committed: it commits, then the answer is lost. */
+  class AnswerLostLedger extends KeyRecordingLedger {
+    override async charge(amount: number, options: ChargeOptions = {}): Promise<number> {
+      await super.charge(amount, options);
+      currentExecution()?.markOutcomeUnknown('ECONNRESET');
+      throw new Error('the provider did not answer');
+    }
+  }
+
+  it('is recorded as nothing: the retry executes again, with the same provider key', async () => {
+    const ledger = new AnswerLostLedger();
+    const { client, decisions } = await server(ledger);
+    const key = randomUUID();
+    const first = await callTool(client, keyed(key));
+    expect(first.isError).toBe(true);
+    const retry = await callTool(client, keyed(key));
+    expect(retry.isError).toBe(true);
+    expect(ledger.keys).toHaveLength(2);
+    expect(ledger.keys[1]).toBe(ledger.keys[0]);
+    expect(decisions.map((d) => d.decision)).toEqual(['unrecorded', 'unrecorded']);
+    expect(decisions[0]?.message).toContain('ECONNRESET');
+  });
+
+  it('leaves a tool error that says so recorded and replayed, like any other', async () => {
+    const ledger = new KeyRecordingLedger();
+    const { client } = await server(ledger);
+    const key = randomUUID();
+    const first = await callTool(client, { ...keyed(key), arguments: { amount: -1 } });
+    const retry = await callTool(client, { ...keyed(key), arguments: { amount: -1 } });
+    expect(retry).toEqual(first);
+    expect(ledger.keys).toHaveLength(0);
+  });
+});
