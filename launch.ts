@@ -75,6 +75,10 @@ export interface ServerConnection {
   stderrLines: string[];
   /** The guard's decision log lines, parsed. */
   decisions(): Array<Record<string, unknown>>;
+  /** The server process's pid (for a test that freezes it). */
+  pid: number;
+  /** SIGKILL of the server process, as a crash would; resolves once the connection is closed. */
+  kill(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -153,12 +157,26 @@ export async function connectToServer(
   });
   const client = newClient(era, askUser);
   const discovered = await connectReadingCapabilities(client, era, transport);
+  const pid = transport.pid;
+  if (pid === null) throw new Error('the server process has no pid');
+  const closed = new Promise<void>((resolve) => {
+    const inner = client.onclose;
+    client.onclose = () => {
+      inner?.();
+      resolve();
+    };
+  });
   return {
     client,
     era,
     ...discovered,
     stderrLines,
     decisions: () => decisionsIn(stderrLines),
+    pid,
+    kill: async () => {
+      process.kill(pid, 'SIGKILL');
+      await closed;
+    },
     close: () => client.close(),
   };
 }

@@ -131,6 +131,17 @@ export interface ProviderLedgerOptions {
   timeoutMs?: number;
   /** Send no `Idempotency-Key` at all: the demo's provider that takes no keys, for contrast. */
   sendKeys?: boolean;
+  /** Told of every attempt that failed and will be retried, for the operator's log. */
+  onRetry?: (event: ProviderRetry) => void;
+}
+
+/** One failed attempt, about to be retried with the same key. */
+export interface ProviderRetry {
+  path: string;
+  attempt: number;
+  failure: string;
+  idempotencyKey?: string;
+  delayMs: number;
 }
 
 export const DEFAULT_PROVIDER_ATTEMPTS = 4;
@@ -170,6 +181,7 @@ export class ProviderLedger implements Ledger {
   private readonly maxDelayMs: number;
   private readonly timeoutMs: number;
   private readonly sendKeys: boolean;
+  private readonly onRetry: (event: ProviderRetry) => void;
 
   /** @param url the provider's base URL, e.g. http://127.0.0.1:4242 */
   constructor(
@@ -181,6 +193,7 @@ export class ProviderLedger implements Ledger {
     this.maxDelayMs = options.maxDelayMs ?? DEFAULT_PROVIDER_MAX_DELAY_MS;
     this.timeoutMs = options.timeoutMs ?? DEFAULT_PROVIDER_TIMEOUT_MS;
     this.sendKeys = options.sendKeys ?? true;
+    this.onRetry = options.onRetry ?? (() => {});
   }
 
   async charge(amount: number, { idempotencyKey }: ChargeOptions = {}): Promise<number> {
@@ -209,7 +222,8 @@ export class ProviderLedger implements Ledger {
     idempotencyKey: string | undefined,
   ): Promise<ProviderReceipt> {
     const headers: Record<string, string> = { 'content-type': 'application/json' };
-    if (this.sendKeys && idempotencyKey !== undefined) headers['idempotency-key'] = idempotencyKey;
+    const key = this.sendKeys ? idempotencyKey : undefined;
+    if (key !== undefined) headers['idempotency-key'] = key;
     const payload = JSON.stringify(body);
     let last = '';
     for (let attempt = 1; attempt <= this.attempts; attempt += 1) {
@@ -236,7 +250,11 @@ export class ProviderLedger implements Ledger {
         // A reset, a refused connection, a timeout: the request may or may not have arrived.
         last = describeFailure(error);
       }
-      if (attempt < this.attempts) await sleep(this.backoff(attempt, retryAfterMs));
+      if (attempt < this.attempts) {
+        const delayMs = Math.round(this.backoff(attempt, retryAfterMs));
+        this.onRetry({ path, attempt, failure: last, idempotencyKey: key, delayMs });
+        await sleep(delayMs);
+      }
     }
     throw unknownOutcome(new ProviderUnavailable(this.attempts, last));
   }

@@ -461,6 +461,7 @@ async function openBackends(
     new ProviderLedger(config.providerUrl, {
       sendKeys: config.providerKeys === 'derived',
       timeoutMs: config.providerTimeoutMs,
+      onRetry: (retry) => log({ time: new Date().toISOString(), event: 'provider', retry: true, ...retry }),
     });
   if (config.store === 'memory') {
     return {
