@@ -177,6 +177,7 @@ export interface ProviderOptions {
   port?: number;
   /** How long every charge and refund takes between arriving and committing. */
   latencyMs?: number;
+  /** How long a key's record is kept after its commit; DEFAULT_KEY_RETENTION_SECONDS unless set. */
   keyRetentionSeconds?: number;
 }
 
@@ -623,10 +624,16 @@ function sendError(
 
 export async function startProvider(options: ProviderOptions = {}): Promise<RunningProvider> {
   const host = options.host ?? '127.0.0.1';
-  const provider = new Provider(
-    options.latencyMs ?? 0,
-    (options.keyRetentionSeconds ?? DEFAULT_KEY_RETENTION_SECONDS) * 1000,
-  );
+  const latencyMs = options.latencyMs ?? 0;
+  const retentionSeconds = options.keyRetentionSeconds ?? DEFAULT_KEY_RETENTION_SECONDS;
+  if (!(latencyMs >= 0 && Number.isFinite(latencyMs))) {
+    throw new Error(`latencyMs must be a non-negative number, got ${latencyMs}`);
+  }
+  // A retention of 0 would keep no key at all, and sweep in a busy loop.
+  if (!(retentionSeconds > 0 && Number.isFinite(retentionSeconds))) {
+    throw new Error(`keyRetentionSeconds must be a positive number, got ${retentionSeconds}`);
+  }
+  const provider = new Provider(latencyMs, retentionSeconds * 1000);
   const server = createServer((req, res) => {
     provider.handle(req, res).catch((error: unknown) => {
       // Stdout carries the listening line only; what went wrong goes to stderr.
