@@ -248,6 +248,12 @@ export class IdempotentClient {
     if (!this.deduplicates) onWarning(NO_CAPABILITY_WARNING);
   }
 
+  /**
+   * Calls `name`: keyed and retried if it has side effects and the server deduplicates, else
+   * once. Every attempt, keyed or not, gives up after `timeoutMs`. Resolves with the tool's
+   * result (`isError` included); rejects with the last error when the retries run out, or at
+   * once with an error no retry can fix (a conflict, an invalid key, anything unexpected).
+   */
   async callTool(name: string, args: Record<string, unknown> = {}): Promise<CallToolResult> {
     const call = { name, arguments: args };
     const once = { timeout: this.policy.timeoutMs };
