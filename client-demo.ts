@@ -14,7 +14,14 @@ import type { CallToolResult } from '@modelcontextprotocol/client';
 import { Client as V1Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport as V1StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { CallToolResultSchema as V1CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
-import { advertisesIdempotency, callTool, callToolIdempotently } from './idempotency/client.js';
+import {
+  type Attempt,
+  advertisesIdempotency,
+  callTool,
+  callToolIdempotently,
+  discoverCapabilities,
+  IdempotentClient,
+} from './idempotency/client.js';
 import { IdempotencyErrorType, INVALID_PARAMS, idempotencyErrorOf } from './idempotency/index.js';
 import {
   balanceOf,
@@ -677,6 +684,65 @@ async function runScaleOutScenarios(): Promise<boolean> {
   return true;
 }
 
+async function clientOwnsItsRetries(): Promise<void> {
+  const s = '13 client-owned retries';
+  heading(
+    'Scenario 13: a client that owns its keys and its retries',
+    `The call site names the tool and its arguments, nothing else. IdempotentClient keys the call, gives up after ${IMPATIENT_TIMEOUT_MS} ms on a ${SLOW_CHARGE_MS} ms charge, and retries with the same key. Stateless HTTP.`,
+  );
+  const instance = await startHttpInstance(['--charge-latency-ms', String(SLOW_CHARGE_MS)]);
+  const client = await connectHttpClient(instance.url);
+  const attempts: Attempt[] = [];
+  const shop = new IdempotentClient(client, await discoverCapabilities(client), {
+    timeoutMs: IMPATIENT_TIMEOUT_MS,
+    initialBackoffMs: 100,
+    maxBackoffMs: 300,
+    maxAttempts: 30,
+    onAttempt: (a) => {
+      attempts.push(a);
+      say(`  attempt ${a.attempt} at ${Math.round(a.elapsedMs)} ms: ${a.outcome}`);
+    },
+  });
+  try {
+    await resetLedger(client);
+    const result = await shop.callTool('charge_guarded', { amount: 100 });
+    say(`  final answer: ${textOf(result)}`);
+    const outcomes = attempts.map((a) => a.outcome);
+    expect(
+      s,
+      'the first attempt timed out (the response was lost)',
+      outcomes[0] === 'timedOut',
+      outcomes.join(' → '),
+    );
+    const keys = new Set(attempts.map((a) => a.idempotencyKey));
+    expect(
+      s,
+      'every attempt carried the one key the wrapper generated',
+      attempts.length > 1 && keys.size === 1,
+      [...keys].join(', '),
+    );
+    const decided = instance
+      .decisions()
+      .filter((d) => keys.has(String(d.idempotencyKey)))
+      .map((d) => String(d.decision));
+    say(`  the server decided: ${decided.join(', ')}`);
+    expect(
+      s,
+      'the server executed the charge once',
+      decided.filter((d) => d === 'executed').length === 1,
+      decided.join(', '),
+    );
+    const balance = await shop.callTool('get_balance');
+    const charged = Reflect.get(Object(balance.structuredContent), 'balance');
+    expect(s, 'get_balance shows one charge', charged === 100, `balance ${charged}`);
+    const readsKeyed = instance.decisions().some((d) => d.tool === 'get_balance');
+    expect(s, 'get_balance, read-only, went without a key', !readsKeyed, readsKeyed ? 'keyed' : 'no key');
+  } finally {
+    await shop.close();
+    await instance.stop();
+  }
+}
+
 async function main(): Promise<void> {
   const scaleOnly = process.argv.includes('--scale');
   say('SEP-3182 request idempotency: the TypeScript demo, on the 2026-07-28 protocol');
@@ -694,6 +760,7 @@ async function main(): Promise<void> {
     );
   }
   if (!scaleOnly) await refundAsksFirst();
+  if (!scaleOnly) await clientOwnsItsRetries();
   printTable();
   process.exitCode = expectations.every((e) => e.passed) && expectations.length > 0 ? 0 : 1;
 }

@@ -494,6 +494,11 @@ async function main(): Promise<void> {
   let config: ServerConfig;
   let bearerTokens: BearerTokens | undefined;
   let requestState: RequestStateCodec<RefundState> | undefined;
+  // Asked for, the usage is the answer (stdout, success), not a complaint about an unknown option.
+  if (process.argv.slice(2).some((arg) => arg === '--help' || arg === '-h')) {
+    process.stdout.write(`${USAGE}\n`);
+    process.exit(0);
+  }
   try {
     config = parseServerArgs(process.argv.slice(2));
     const tokens = process.env.DEMO_BEARER_TOKENS;

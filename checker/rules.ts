@@ -665,10 +665,22 @@ export const RULES: readonly Rule[] = [
           return fail(
             `refused with ${describe(replayed)}, but the refusal carries the stored ${describe(original)}`,
           );
-        if (!same(original, retry))
+        if (!same(original, retry)) {
+          // A server that never replays fails replay.not-executed already; whether the forbidden
+          // call touched the record cannot be told from there being no record to touch.
+          const plain = await replay(run);
+          if (
+            plain.first.kind !== 'error' &&
+            plain.second.kind !== 'error' &&
+            !same(plain.first, plain.second)
+          )
+            return na(
+              `no replay to authorize: the server executes a keyed retry again (replay.not-executed); the caller's retry got ${describe(retry)} after the original ${describe(original)}`,
+            );
           return fail(
             `refused with ${describe(replayed)}, but the caller's retry then got ${describe(retry)}, not the original ${describe(original)}`,
           );
+        }
         if (!distinguishable) return nc(unjudgeable);
         return pass(
           `refused: ${describe(replayed)}, like a first call; the caller's retry replayed ${describe(retry)}`,

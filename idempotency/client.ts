@@ -2,7 +2,7 @@
 //
 // Sending the key, retrying with it, and discovering the capability, with the SDK's client
 // as it is: its `callTool` has no place for the key, and it drops `tools.idempotency` from
-// the capabilities it parses.
+// the capabilities it parses. `IdempotentClient` puts the three together behind one `callTool`.
 
 import { randomUUID } from 'node:crypto';
 import {
@@ -48,21 +48,37 @@ export function callTool(
 }
 
 export interface RetryPolicy {
+  /** Attempts in all, the first included. */
   maxAttempts: number;
   /** Per-attempt timeout; the SDK rejects with `SdkError` REQUEST_TIMEOUT and tells the server it gave up. */
   timeoutMs: number;
+  /** The ceiling of the first wait; each later one doubles it. */
   initialBackoffMs: number;
+  /** No wait's ceiling grows past this. */
   maxBackoffMs: number;
 }
 
 export const DEFAULT_RETRY_POLICY: RetryPolicy = {
+  // Seven waits whose ceilings add up to about 11 s: enough to outlast a charge still running or a
+  // store that blinks, few enough that the user hears of a lasting outage in seconds, not minutes.
   maxAttempts: 8,
+  // Half the SDK's own default (60 s): a payment provider answers in seconds, and giving up early
+  // costs only a replay, since the retry carries the same key.
   timeoutMs: 30_000,
+  // An in-progress answer comes at once, and most calls finish in a few hundred milliseconds.
   initialBackoffMs: 100,
+  // Well inside the server's retention (300 s here) and its in-progress lease (120 s), so a late
+  // retry still finds the record its first attempt left.
   maxBackoffMs: 5_000,
 };
 
-export type AttemptOutcome = 'answered' | 'timedOut' | 'inProgress' | 'storeUnavailable' | 'storeFull';
+export type AttemptOutcome =
+  | 'answered'
+  | 'timedOut'
+  | 'connectionLost'
+  | 'inProgress'
+  | 'storeUnavailable'
+  | 'storeFull';
 
 export interface Attempt {
   attempt: number;
@@ -82,10 +98,9 @@ export interface IdempotentCallOptions {
 /**
  * One logical operation, one key: the key is generated here, once, and sent unchanged on
  * every retry. A new key on retry is exactly the double charge this mechanism prevents.
- * Retries after a timeout (the answer may be lost, not the work) and after an answer that
- * says "nothing happened yet, try again later"; any other failure is the caller's to see.
  * Given several clients (instances behind a load balancer, in miniature), attempt n goes to
  * client n mod count, so a retry lands on another instance, as it would in production.
+ * Which failures are retried: `untilAnswered`.
  */
 export async function callToolIdempotently(
   clients: Client | readonly Client[],
@@ -97,32 +112,55 @@ export async function callToolIdempotently(
   const idempotencyKey = randomUUID();
   const attempts: Attempt[] = [];
   const started = performance.now();
-  const note = (outcome: AttemptOutcome) => {
-    const attempt: Attempt = {
-      attempt: attempts.length + 1,
-      client: attempts.length % pool.length,
-      outcome,
-      idempotencyKey,
-      elapsedMs: performance.now() - started,
-    };
-    attempts.push(attempt);
-    options.onAttempt?.(attempt);
-  };
-
-  for (;;) {
-    try {
-      const client = pool[attempts.length % pool.length];
+  const result = await untilAnswered(
+    policy,
+    (attempt) => {
+      const client = pool[(attempt - 1) % pool.length];
       if (!client) throw new Error('callToolIdempotently needs at least one client');
-      const result = await callTool(client, { ...call, idempotencyKey }, { timeout: policy.timeoutMs });
+      return callTool(client, { ...call, idempotencyKey }, { timeout: policy.timeoutMs });
+    },
+    (outcome) => {
+      const attempt: Attempt = {
+        attempt: attempts.length + 1,
+        client: attempts.length % pool.length,
+        outcome,
+        idempotencyKey,
+        elapsedMs: performance.now() - started,
+      };
+      attempts.push(attempt);
+      options.onAttempt?.(attempt);
+    },
+  );
+  return { result, idempotencyKey, attempts };
+}
+
+/**
+ * Sends one keyed operation until it is answered or the policy gives up, and reports each
+ * attempt's outcome. Retried: a timeout or a lost connection (the answer may be lost, not the
+ * work), and the answers that say "nothing happened yet, try again later with the same key".
+ * Anything else (a conflict, an invalid key, any tool result, `isError` or not) is the answer.
+ * `connected` says whether a retry has a way to the server at all: a closed stdio connection
+ * stays closed.
+ */
+async function untilAnswered(
+  policy: RetryPolicy,
+  send: (attempt: number) => Promise<CallToolResult>,
+  note: (outcome: AttemptOutcome) => void,
+  connected: () => boolean = () => true,
+): Promise<CallToolResult> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const result = await send(attempt);
       note('answered');
-      return { result, idempotencyKey, attempts };
+      return result;
     } catch (error) {
       const outcome = retryableOutcome(error);
       if (outcome === undefined) throw error;
       note(outcome);
-      if (attempts.length >= policy.maxAttempts) throw error;
+      if (attempt >= policy.maxAttempts) throw error;
+      if (outcome === 'connectionLost' && !connected()) throw error;
     }
-    await sleep(backoff(attempts.length, policy));
+    await sleep(backoff(attempt, policy));
   }
 }
 
@@ -131,8 +169,12 @@ function retryableOutcome(error: unknown): AttemptOutcome | undefined {
   if (sep?.type === IdempotencyErrorType.inProgress) return 'inProgress';
   if (sep?.type === IdempotencyErrorType.storeUnavailable) return 'storeUnavailable';
   if (sep?.type === IdempotencyErrorType.storeFull) return 'storeFull';
-  // The answer may be lost, not the work: the one failure worth retrying with the same key.
-  return error instanceof SdkError && error.code === SdkErrorCode.RequestTimeout ? 'timedOut' : undefined;
+  if (error instanceof SdkError && error.code === SdkErrorCode.RequestTimeout) return 'timedOut';
+  if (error instanceof SdkError && error.code === SdkErrorCode.ConnectionClosed) return 'connectionLost';
+  // fetch rejects a refused, reset or cut connection with a TypeError whose `cause` is the
+  // socket's error; a TypeError from a bug has no cause, and is not retried.
+  if (error instanceof TypeError && error.cause instanceof Error) return 'connectionLost';
+  return undefined;
 }
 
 /** Exponential backoff with full jitter, so a crowd of retries does not arrive together. */
@@ -143,6 +185,109 @@ function backoff(failures: number, policy: RetryPolicy): number {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+// --- A client that owns its keys and its retries ---
+//
+// The rule the seed post states: key generation and retry logic belong to one component, or
+// they drift, and the bug is a new key on a retry. Under this wrapper the call site names a
+// tool and its arguments; the key, the retries and the capability check are all in here.
+
+export interface IdempotentClientOptions extends Partial<RetryPolicy> {
+  /** Told once when the server does not advertise the capability (default `console.warn`). */
+  onWarning?: (message: string) => void;
+  /** Observe each attempt of a keyed call. */
+  onAttempt?: (attempt: Attempt) => void;
+}
+
+export const NO_CAPABILITY_WARNING =
+  'The server does not advertise capabilities.tools.idempotency: tool calls go out without an idempotencyKey and are not retried';
+
+/**
+ * A v2 SDK `Client` whose `callTool` gives every call of a side-effecting tool its own key,
+ * reused across the retries it makes itself. Named for what its calls are: safe to retry.
+ * A tool annotated `readOnlyHint: true` in the server's tools/list is called once, with no key:
+ * a read changes nothing, so there is nothing to deduplicate. Any other tool (one the list does
+ * not name included) is taken to have side effects.
+ */
+export class IdempotentClient {
+  /** Whether the server advertises `capabilities.tools.idempotency`: only then are calls keyed. */
+  readonly deduplicates: boolean;
+  private readonly policy: RetryPolicy;
+  private readonly onAttempt?: (attempt: Attempt) => void;
+  private readOnlyTools?: Promise<ReadonlySet<string>>;
+
+  /**
+   * Connects `client` over `transport` and reads the capabilities as the server sent them
+   * (the SDK drops `tools.idempotency` from the ones it parses): from the initialize result on a
+   * 2025-11-25 connection, from `server/discover` on 2026-07-28.
+   */
+  static async connect(
+    client: Client,
+    transport: Transport,
+    options: IdempotentClientOptions = {},
+  ): Promise<IdempotentClient> {
+    const initialize = captureInitializeCapabilities(transport);
+    await client.connect(transport);
+    const capabilities =
+      client.getProtocolEra() === 'legacy' ? await initialize : await discoverCapabilities(client);
+    return new IdempotentClient(client, capabilities, options);
+  }
+
+  /** `serverCapabilities`: as the server sent them, read with the discovery helpers below. */
+  constructor(
+    readonly client: Client,
+    serverCapabilities: unknown,
+    { onWarning = console.warn, onAttempt, ...policy }: IdempotentClientOptions = {},
+  ) {
+    this.policy = { ...DEFAULT_RETRY_POLICY, ...policy };
+    this.onAttempt = onAttempt;
+    this.deduplicates = advertisesIdempotency(serverCapabilities);
+    // SEP: a client MAY send a key anyway, but without the capability nothing promises a retry
+    // will not execute again; such a server gets today's calls, and the caller is told once.
+    if (!this.deduplicates) onWarning(NO_CAPABILITY_WARNING);
+  }
+
+  /**
+   * Calls `name`: keyed and retried if it has side effects and the server deduplicates, else
+   * once. Every attempt, keyed or not, gives up after `timeoutMs`. Resolves with the tool's
+   * result (`isError` included); rejects with the last error when the retries run out, or at
+   * once with an error no retry can fix (a conflict, an invalid key, anything unexpected).
+   */
+  async callTool(name: string, args: Record<string, unknown> = {}): Promise<CallToolResult> {
+    const call = { name, arguments: args };
+    const once = { timeout: this.policy.timeoutMs };
+    if (!this.deduplicates || (await this.isReadOnly(name))) return callTool(this.client, call, once);
+    const idempotencyKey = randomUUID();
+    const started = performance.now();
+    let attempt = 0;
+    return untilAnswered(
+      this.policy,
+      () => callTool(this.client, { ...call, idempotencyKey }, once),
+      (outcome) => {
+        attempt += 1;
+        const elapsedMs = performance.now() - started;
+        this.onAttempt?.({ attempt, client: 0, outcome, idempotencyKey, elapsedMs });
+      },
+      () => this.client.transport !== undefined,
+    );
+  }
+
+  close(): Promise<void> {
+    return this.client.close();
+  }
+
+  /** The server's read-only tools, listed once: annotations are the server's to change, rarely. */
+  private async isReadOnly(name: string): Promise<boolean> {
+    this.readOnlyTools ??= this.client.listTools().then(
+      ({ tools }) => new Set(tools.filter((t) => t.annotations?.readOnlyHint === true).map((t) => t.name)),
+      (error: unknown) => {
+        this.readOnlyTools = undefined; // the next call asks again
+        throw error;
+      },
+    );
+    return (await this.readOnlyTools).has(name);
+  }
 }
 
 // --- Discovery: capabilities.tools.idempotency, as the server sent it ---

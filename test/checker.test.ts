@@ -297,6 +297,30 @@ describe('the checker names exactly the rule each fixture breaks', () => {
     }
   });
 
+  test('no deduplication over HTTP: authorization.at-replay is not applicable, naming the replay rule that fails', async () => {
+    const server = await startFixtureHttp('no-guard-http.ts');
+    try {
+      const run = await runChecker([
+        '--url',
+        server.url,
+        '--header',
+        'Authorization: Bearer token-a',
+        '--forbidden-header',
+        'Authorization: Bearer token-r',
+        ...FIXTURE_CALL,
+      ]);
+      expect(run.stderr).toBe('');
+      expect(run.checks.get('replay.not-executed')?.status).toBe('failed');
+      expect(run.checks.get('authorization.at-replay')?.status).toBe('not applicable');
+      expect(run.checks.get('authorization.at-replay')?.observed).toMatch(
+        /^no replay to authorize: the server executes a keyed retry again \(replay\.not-executed\); the caller's retry got "charge 1\. New balance: (\d+)" after the original "charge 1\. New balance: (\d+)"$/,
+      );
+      expect(run.code).toBe(1);
+    } finally {
+      server.child.kill('SIGKILL');
+    }
+  });
+
   test("the Python prototype's fingerprint on Python's mcp package: 1 and 1.0 conflict, in both eras", async (ctx) => {
     const python = await pythonWithMcp();
     if (typeof python !== 'string' || python.startsWith('skip:')) {

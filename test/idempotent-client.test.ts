@@ -1,0 +1,270 @@
+// IdempotentClient against the real demo server over stateless HTTP, in both protocol eras: the
+// call site names a tool and its arguments; the key, its reuse across retries, and the decision
+// not to retry are the wrapper's. The wire is read through the transport's fetch, the outcome
+// through get_balance and the server's decision log.
+
+import {
+  type Client,
+  SdkError,
+  SdkErrorCode,
+  StreamableHTTPClientTransport,
+} from '@modelcontextprotocol/client';
+import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
+import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
+import {
+  type Attempt,
+  callTool,
+  IdempotentClient,
+  type IdempotentClientOptions,
+  NO_CAPABILITY_WARNING,
+} from '../idempotency/client.js';
+import { IdempotencyErrorType, idempotencyErrorOf, MemoryIdempotencyStore } from '../idempotency/index.js';
+import {
+  balanceOf,
+  connectHttpClient,
+  ERAS,
+  type Era,
+  type HttpInstance,
+  newClient,
+  resetLedger,
+  startHttpInstance,
+} from '../launch.js';
+import { MemoryLedger } from '../ledger.js';
+import { registerDemoTools, type ToolRegistry } from '../server.js';
+
+/** The provider's latency: long enough for a client to give up on a charge still running. */
+const CHARGE_LATENCY_MS = 600;
+/** A client that gives up well before the charge is done: its first answer is lost. */
+const IMPATIENT = { timeoutMs: 150, initialBackoffMs: 50, maxBackoffMs: 100, maxAttempts: 30 };
+
+type Fetch = (url: string | URL, init?: RequestInit) => Promise<Response>;
+type Params = Record<string, unknown>;
+
+/** The fetch a transport uses, recording the params of every tools/call it sends. */
+interface Wire {
+  fetch: Fetch;
+  calls: Params[];
+}
+
+/**
+ * `rewrite` changes a tools/call's params before they are sent (to meet a key the wrapper would
+ * never choose); `lose` decides, after the server answered, that the answer never arrives.
+ */
+function wire(
+  next: Fetch = fetch,
+  rewrite: (params: Params) => Params = (params) => params,
+  lose: (params: Params) => boolean = () => false,
+): Wire {
+  const calls: Params[] = [];
+  const recording: Fetch = async (url, init) => {
+    const message: unknown = typeof init?.body === 'string' ? JSON.parse(init.body) : undefined;
+    if (!isObject(message) || message.method !== 'tools/call' || !isObject(message.params))
+      return next(url, init);
+    const { params } = message;
+    const sent = rewrite(params);
+    // The 2026-07-28 envelope rides in `_meta` on every request; what is checked here is the rest.
+    const { _meta: _envelope, ...call } = sent;
+    calls.push(call);
+    const response = await next(url, { ...init, body: JSON.stringify({ ...message, params: sent }) });
+    if (!lose(sent)) return response;
+    await response.text(); // the server answered in full: it executed, and only the answer is lost
+    throw new TypeError('fetch failed', { cause: new Error('other side closed') });
+  };
+  return { fetch: recording, calls };
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+const keysOf = (calls: Params[]) => calls.map((params) => params.idempotencyKey);
+
+let instance: HttpInstance;
+beforeAll(async () => {
+  instance = await startHttpInstance(['--charge-latency-ms', String(CHARGE_LATENCY_MS)]);
+});
+afterAll(() => instance?.stop(5_000));
+
+/** The server's decisions about `idempotencyKey`, in the order it logged them. */
+function decisionsFor(idempotencyKey: unknown): string[] {
+  return instance
+    .decisions()
+    .filter((d) => d.idempotencyKey === idempotencyKey)
+    .map((d) => String(d.decision));
+}
+
+async function errorFrom(call: Promise<unknown>): Promise<unknown> {
+  return call.then(
+    () => undefined,
+    (error: unknown) => error,
+  );
+}
+
+describe.each(ERAS)('IdempotentClient on %s, against the demo server', (era: Era) => {
+  const opened: IdempotentClient[] = [];
+  let plain: Client;
+  beforeAll(async () => {
+    plain = await connectHttpClient(instance.url, { era });
+  });
+  afterAll(async () => {
+    await Promise.all([plain?.close(), ...opened.map((c) => c.close())]);
+  });
+  beforeEach(() => resetLedger(plain));
+
+  async function connect(
+    options: IdempotentClientOptions & { wire?: Wire } = {},
+  ): Promise<{ shop: IdempotentClient; calls: Params[]; attempts: Attempt[]; warnings: string[] }> {
+    const { wire: through = wire(), ...rest } = options;
+    const attempts: Attempt[] = [];
+    const warnings: string[] = [];
+    const transport = new StreamableHTTPClientTransport(instance.url, { fetch: through.fetch });
+    const shop = await IdempotentClient.connect(newClient(era), transport, {
+      onAttempt: (a) => attempts.push(a),
+      onWarning: (w) => warnings.push(w),
+      ...rest,
+    });
+    opened.push(shop);
+    return { shop, calls: through.calls, attempts, warnings };
+  }
+
+  describe('a call whose first answer is lost', () => {
+    test('is retried with the same key and charges once', async () => {
+      const { shop, calls, attempts, warnings } = await connect(IMPATIENT);
+      const result = await shop.callTool('charge_guarded', { amount: 100 });
+      expect(result.structuredContent).toStrictEqual({ charged: 100, balance: 100 });
+      expect(attempts[0]?.outcome).toBe('timedOut');
+      expect(calls.length).toBeGreaterThan(1);
+      const [key] = keysOf(calls);
+      expect(typeof key).toBe('string');
+      expect(new Set(keysOf(calls))).toStrictEqual(new Set([key]));
+      const decided = decisionsFor(key);
+      expect(decided.filter((d) => d === 'executed')).toHaveLength(1);
+      expect(
+        decided.filter((d) => d !== 'executed').every((d) => d === 'replayed' || d === 'inProgress'),
+      ).toBe(true);
+      expect(await balanceOf(plain)).toBe(100);
+      expect(warnings).toStrictEqual([]);
+    });
+
+    test('meets the original in progress, and is retried until it replays', async () => {
+      const { shop, attempts, calls } = await connect(IMPATIENT);
+      const result = await shop.callTool('charge_guarded', { amount: 100 });
+      const outcomes = attempts.map((a) => a.outcome);
+      expect(outcomes[0]).toBe('timedOut');
+      expect(outcomes.slice(1, -1).every((o) => o === 'inProgress')).toBe(true);
+      expect(outcomes.slice(1, -1).length).toBeGreaterThan(0);
+      expect(outcomes.at(-1)).toBe('answered');
+      const decided = decisionsFor(keysOf(calls)[0]);
+      expect(decided.at(-1)).toBe('replayed');
+      expect(decided).toContain('inProgress');
+      expect(decided.filter((d) => d === 'executed')).toHaveLength(1);
+      expect(result.content).toStrictEqual([{ type: 'text', text: 'Charged 100. New balance: 100' }]);
+      expect(await balanceOf(plain)).toBe(100);
+    });
+
+    test('over a connection cut after the server answered, is re-sent and replays', async () => {
+      let answers = 0;
+      const lossy = wire(fetch, undefined, () => ++answers === 1);
+      const { shop, attempts, calls } = await connect({ wire: lossy });
+      const result = await shop.callTool('charge_guarded', { amount: 100 });
+      expect(attempts.map((a) => a.outcome)).toStrictEqual(['connectionLost', 'answered']);
+      expect(keysOf(calls)[1]).toBe(keysOf(calls)[0]);
+      expect(decisionsFor(keysOf(calls)[0])).toStrictEqual(['executed', 'replayed']);
+      expect(result.structuredContent).toStrictEqual({ charged: 100, balance: 100 });
+      expect(await balanceOf(plain)).toBe(100);
+    });
+  });
+
+  test('retries stop at maxAttempts, and the last answer is thrown', async () => {
+    const { shop, attempts, calls } = await connect({
+      timeoutMs: 100,
+      initialBackoffMs: 1,
+      maxBackoffMs: 1,
+      maxAttempts: 3,
+    });
+    const error = await errorFrom(shop.callTool('charge_guarded', { amount: 100 }));
+    expect(attempts.map((a) => a.outcome)).toStrictEqual(['timedOut', 'inProgress', 'inProgress']);
+    expect(calls).toHaveLength(3);
+    expect(new Set(keysOf(calls)).size).toBe(1);
+    expect(idempotencyErrorOf(error)?.type).toBe(IdempotencyErrorType.inProgress);
+    // The charge the first attempt started still completes, once.
+    await new Promise((resolve) => setTimeout(resolve, CHARGE_LATENCY_MS));
+    expect(await balanceOf(plain)).toBe(100);
+  });
+
+  test('get_balance, annotated readOnlyHint, is called once with no key', async () => {
+    const { shop, calls, attempts } = await connect({ ...IMPATIENT, timeoutMs: 5_000 });
+    const result = await shop.callTool('get_balance');
+    expect(result.structuredContent).toStrictEqual({ balance: 0 });
+    expect(calls).toStrictEqual([{ name: 'get_balance', arguments: {} }]);
+    expect(attempts).toStrictEqual([]);
+  });
+
+  test('a conflict is the answer, not retried', async () => {
+    const idempotencyKey = crypto.randomUUID();
+    await callTool(plain, { name: 'charge_guarded', arguments: { amount: 1 }, idempotencyKey });
+    const reused = wire(fetch, (params) => ({ ...params, idempotencyKey }));
+    const { shop, calls } = await connect({ ...IMPATIENT, timeoutMs: 5_000, wire: reused });
+    const error = await errorFrom(shop.callTool('charge_guarded', { amount: 2 }));
+    expect(idempotencyErrorOf(error)).toMatchObject({ type: IdempotencyErrorType.conflict, idempotencyKey });
+    expect(calls).toHaveLength(1);
+    expect(await balanceOf(plain)).toBe(1);
+  });
+
+  test('an invalid key is the answer, not retried', async () => {
+    const empty = wire(fetch, (params) => ({ ...params, idempotencyKey: '' }));
+    const { shop, calls } = await connect({ ...IMPATIENT, timeoutMs: 5_000, wire: empty });
+    const error = await errorFrom(shop.callTool('charge_guarded', { amount: 2 }));
+    expect(idempotencyErrorOf(error)?.type).toBe(IdempotencyErrorType.invalid);
+    expect(calls).toHaveLength(1);
+    expect(await balanceOf(plain)).toBe(0);
+  });
+
+  test('a tool error result is the answer, not retried', async () => {
+    const { shop, calls, attempts } = await connect({ ...IMPATIENT, timeoutMs: 5_000 });
+    const result = await shop.callTool('charge_guarded', { amount: -1 });
+    expect(result.isError).toBe(true);
+    expect(attempts.map((a) => a.outcome)).toStrictEqual(['answered']);
+    expect(calls).toHaveLength(1);
+    expect(await balanceOf(plain)).toBe(0);
+  });
+});
+
+// --- A server without the capability: the demo's tools on a bare McpServer, no guard ---
+
+describe.each(ERAS)('IdempotentClient on %s, against a server without the capability', (era: Era) => {
+  test('sends no key, does not retry a lost answer, and warns once', async () => {
+    const ledger = new MemoryLedger(CHARGE_LATENCY_MS);
+    const handler = createMcpHandler(() => {
+      const mcp = new McpServer({ name: 'no-capability', version: '0' });
+      const tools: ToolRegistry = {
+        withAmount: (name, { scope: _scope, ...config }, run) => void mcp.registerTool(name, config, run),
+        withoutArguments: (name, { scope: _scope, ...config }, run) =>
+          void mcp.registerTool(name, config, run),
+      };
+      registerDemoTools(tools, ledger, new MemoryIdempotencyStore());
+      return mcp;
+    });
+    const bare = wire((url, init) => handler.fetch(new Request(url, init)));
+    const warnings: string[] = [];
+    const attempts: Attempt[] = [];
+    const shop = await IdempotentClient.connect(
+      newClient(era),
+      new StreamableHTTPClientTransport(new URL('http://in-process/mcp'), { fetch: bare.fetch }),
+      { ...IMPATIENT, onWarning: (w) => warnings.push(w), onAttempt: (a) => attempts.push(a) },
+    );
+    try {
+      expect(shop.deduplicates).toBe(false);
+      const error = await errorFrom(shop.callTool('charge_guarded', { amount: 100 }));
+      expect(error instanceof SdkError && error.code === SdkErrorCode.RequestTimeout).toBe(true);
+      expect(bare.calls).toStrictEqual([{ name: 'charge_guarded', arguments: { amount: 100 } }]);
+      expect(attempts).toStrictEqual([]);
+      await new Promise((resolve) => setTimeout(resolve, CHARGE_LATENCY_MS));
+      expect(await ledger.balance()).toBe(100);
+      expect(warnings).toStrictEqual([NO_CAPABILITY_WARNING]);
+    } finally {
+      await shop.close();
+      await handler.close();
+    }
+  });
+});
