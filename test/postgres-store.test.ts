@@ -735,6 +735,27 @@ describe.skipIf(!postgres)(
     );
 
     it.skipIf(needsOwnServer)(
+      'rejects a claim with StoreUnavailableError within 2 s when Postgres hangs, and recovers when it answers again',
+      async () => {
+        const store = await openStore({ statementTimeoutMs: 500 });
+        const id = newId();
+        server().freeze();
+        try {
+          await expectUnavailableWithin(2_000, () => store.claim(id, FINGERPRINT, LEASE_MS));
+        } finally {
+          server().thaw();
+        }
+
+        // The timed-out claim may have run once Postgres woke: then the key is held, never free twice.
+        await waitUntil(
+          async () =>
+            (await store.claim(newId(), FINGERPRINT, LEASE_MS).catch(() => undefined)) !== undefined,
+        );
+        expect(['claimed', 'inProgress']).toContain((await store.claim(id, FINGERPRINT, LEASE_MS)).state);
+      },
+    );
+
+    it.skipIf(needsOwnServer)(
       'refuses to connect, within the connect timeout, to a Postgres that is down',
       async () => {
         await server().kill();

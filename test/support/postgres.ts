@@ -7,8 +7,10 @@
 // touch tables under their own unique prefix, and the ones that must crash Postgres or read its
 // log skip. With neither, `startPostgres` returns undefined and the file skips, saying why.
 //
-// initdb and pg_ctl refuse to run as root: as root, they run as the `postgres` user, in a
-// directory made for the test and handed to that user.
+// initdb, pg_ctl and postgres refuse to run as root: as root, they run as the `postgres` user
+// (spawned with its uid and gid, as `runuser -u postgres` would run them, without a runuser
+// process in between: runuser stops itself whenever its child is stopped, as su does, which the
+// freeze test does to the postmaster), in a directory made for the test and handed to that user.
 
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -42,6 +44,10 @@ export interface TestPostgres {
   drop(prefix: string): Promise<void>;
   /** SIGKILL of the postmaster and every backend, as a crash would; resolves once they are gone. */
   kill(): Promise<void>;
+  /** SIGSTOP of the postmaster and every backend: the port stays open but nothing answers, as with a hung Postgres. */
+  freeze(): void;
+  /** SIGCONT after `freeze`. */
+  thaw(): void;
   /** A clean shutdown (`pg_ctl stop -m fast`): every committed transaction is on disk. */
   shutdown(): Promise<void>;
   /** Starts a killed or shut-down cluster again, same port, same data directory. */
@@ -102,6 +108,8 @@ async function withAdmin(url: string, cluster: PrivateCluster | undefined): Prom
       );
     },
     kill: () => owned().kill(),
+    freeze: () => owned().signalAll('SIGSTOP'),
+    thaw: () => owned().signalAll('SIGCONT'),
     shutdown: () => owned().shutdown(),
     restart: async () => {
       await owned().restart();
@@ -123,8 +131,10 @@ class PrivateCluster {
     for (const pid of this.processes()) signal(pid, 'SIGKILL');
   };
 
-  /** The running postmaster's parent (runuser under root) or the postmaster itself. */
+  /** The running postmaster, this process' child. */
   private child: ChildProcess | undefined;
+  /** Who the server binaries run as: the postgres user when the tests run as root. */
+  private user: { uid: number; gid: number } | undefined;
 
   private constructor(
     private readonly bin: string,
@@ -151,9 +161,9 @@ class PrivateCluster {
     // A test run that dies before `destroy` must not leave a postmaster behind.
     process.once('exit', cluster.killOnExit);
     try {
-      if (asRoot()) {
-        const { uid, gid } = await userIds(POSTGRES_USER);
-        await chown(dir, uid, gid);
+      if (userInfo().uid === 0) {
+        cluster.user = await userIds(POSTGRES_USER);
+        await chown(dir, cluster.user.uid, cluster.user.gid);
       }
       await cluster.run('initdb', [
         ...['-D', cluster.dataDir, '-U', POSTGRES_USER, '-A', 'trust'],
@@ -168,7 +178,7 @@ class PrivateCluster {
   }
 
   /**
-   * Starts the postmaster as this process' child (through runuser under root), not with
+   * Starts the postmaster as this process' child, not with
    * `pg_ctl start`: pg_ctl leaves it to whoever reaps orphans, and a postmaster killed by a test
    * would stay a zombie there, whose pid in postmaster.pid makes the next start refuse to run.
    * Resolves once the cluster accepts connections, bounded.
@@ -211,12 +221,18 @@ class PrivateCluster {
     await waitUntil(async () => !this.child && pids.every((pid) => !isAlive(pid)), WAIT_MS);
   }
 
+  /** The postmaster and its backends. */
+  signalAll(name: NodeJS.Signals): void {
+    for (const pid of this.processes()) signal(pid, name);
+  }
+
   async shutdown(): Promise<void> {
     await this.run('pg_ctl', ['-D', this.dataDir, '-m', 'fast', '-w', '-t', String(WAIT_MS / 1000), 'stop']);
     await waitUntil(async () => !this.child, WAIT_MS);
   }
 
   async destroy(): Promise<void> {
+    this.signalAll('SIGCONT'); // a frozen cluster cannot act on a shutdown
     if (this.child) await this.shutdown().catch(() => this.kill());
     process.off('exit', this.killOnExit);
     await rm(this.dir, { recursive: true, force: true });
@@ -261,22 +277,19 @@ class PrivateCluster {
     return [postmaster, ...childrenOf(postmaster)];
   }
 
-  /** One of the server binaries, as the postgres user under root: command and arguments. */
-  private commandOf(tool: string, args: string[]): [string, string[]] {
-    const binary = join(this.bin, tool);
-    return asRoot() ? ['runuser', ['-u', POSTGRES_USER, '--', binary, ...args]] : [binary, args];
-  }
-
   private spawnTool(tool: string, args: string[], output: number): ChildProcess {
-    const [command, commandArgs] = this.commandOf(tool, args);
-    return spawn(command, commandArgs, { cwd: this.dir, stdio: ['ignore', output, output] });
+    return spawn(join(this.bin, tool), args, {
+      ...this.user,
+      cwd: this.dir,
+      stdio: ['ignore', output, output],
+    });
   }
 
   /** Runs one of the server binaries to its end, bounded. */
   private async run(tool: string, args: string[]): Promise<void> {
-    const [command, commandArgs] = this.commandOf(tool, args);
     await new Promise<void>((resolve, reject) => {
-      execFile(command, commandArgs, { timeout: WAIT_MS + 5_000, cwd: this.dir }, (error, stdout, stderr) => {
+      const options = { ...this.user, timeout: WAIT_MS + 5_000, cwd: this.dir };
+      execFile(join(this.bin, tool), args, options, (error, stdout, stderr) => {
         if (error)
           reject(new Error(`${tool} ${args.join(' ')} failed: ${String(error)}\n${stdout}${stderr}`));
         else resolve();
@@ -311,10 +324,6 @@ function isExecutable(path: string): boolean {
   } catch {
     return false;
   }
-}
-
-function asRoot(): boolean {
-  return userInfo().uid === 0;
 }
 
 /** The uid and gid of `user`, from `id` (Node has no getpwnam). */
