@@ -23,6 +23,7 @@ import {
   idempotencyErrorOf,
   MemoryIdempotencyStore,
 } from '../idempotency/index.js';
+import { PostgresIdempotencyStore } from '../idempotency/postgres-store.js';
 import {
   closeRedis,
   connectRedis,
@@ -31,12 +32,14 @@ import {
 } from '../idempotency/redis-store.js';
 import { MemoryLedger } from '../ledger.js';
 import { connectInProcess } from './support/in-process.js';
+import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from './support/postgres.js';
 import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from './support/redis.js';
 import { type Answer, round } from './support/rounds.js';
 
 const LONG = process.env.SEP3182_LONG === '1';
 const MEMORY_RUNS = LONG ? 3_000 : 300;
 const REDIS_RUNS = LONG ? 500 : 50;
+const POSTGRES_RUNS = LONG ? 500 : 50;
 const MAX_COMMANDS = 25;
 /** Long enough that a second continuation sent with the first finds it still running. */
 const REFUND_LATENCY_MS = 20;
@@ -346,6 +349,32 @@ describe('continuations under a key agree with the model of the rules', () => {
         ),
       ),
       { numRuns: REDIS_RUNS },
+    );
+  }, 300_000);
+});
+
+describe('continuations under a key agree with the model of the rules, in Postgres', () => {
+  let postgres: Awaited<ReturnType<typeof startPostgres>>;
+  let postgresStore: PostgresIdempotencyStore | undefined;
+  const postgresPrefix = uniqueTablePrefix('mrtr_model');
+  afterAll(async () => {
+    await postgresStore?.close();
+    await postgres?.drop(postgresPrefix);
+    await postgres?.stop();
+  });
+
+  it(`with the Postgres store, over ${POSTGRES_RUNS} random programs`, async (context) => {
+    postgres = await startPostgres();
+    if (!postgres) return context.skip(POSTGRES_SKIP_REASON);
+    const store = await PostgresIdempotencyStore.connect(postgres.url, { tablePrefix: postgresPrefix });
+    postgresStore = store;
+    await fc.assert(
+      fc.asyncProperty(programs(), async (commands) => {
+        // One table for every program: each starts from no records, as each Redis one from its own prefix.
+        await store.clear();
+        await runProgram(store, commands);
+      }),
+      { numRuns: POSTGRES_RUNS },
     );
   }, 300_000);
 });

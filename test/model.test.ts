@@ -11,6 +11,7 @@
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import { MemoryIdempotencyStore } from '../idempotency/index.js';
+import { migratePostgresStore, PostgresIdempotencyStore } from '../idempotency/postgres-store.js';
 import {
   closeRedis,
   connectRedis,
@@ -27,15 +28,17 @@ import {
   tally,
 } from './support/guard-model.js';
 import { ManualClock } from './support/in-process.js';
+import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from './support/postgres.js';
 import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from './support/redis.js';
 
 const LONG = process.env.SEP3182_LONG === '1';
 const MEMORY_RUNS = LONG ? 2_000 : 200;
 const REDIS_RUNS = LONG ? 250 : 25;
+const POSTGRES_RUNS = LONG ? 250 : 25;
 const MAX_COMMANDS = 30;
 
 /** Counted so the report can say how many programs and steps ran. */
-const ran = { memoryPrograms: 0, redisPrograms: 0 };
+const ran = { memoryPrograms: 0, redisPrograms: 0, postgresPrograms: 0 };
 
 describe('the guard with the memory store agrees with the reference model', () => {
   const RETENTION_MS = 300_000;
@@ -181,6 +184,95 @@ return 0`;
         );
         report('Redis store', before);
         expect(ran.redisPrograms).toBeGreaterThanOrEqual(REDIS_RUNS);
+      },
+      LONG ? 600_000 : 60_000,
+    );
+  },
+);
+
+const postgres = await startPostgres();
+if (!postgres) console.warn(POSTGRES_SKIP_REASON);
+
+afterAll(async () => {
+  await postgres?.stop();
+});
+
+describe.skipIf(!postgres)(
+  'the guard with the Postgres store, three instances, agrees with the reference model',
+  () => {
+    // As for Redis: Postgres keeps its own time, so "time passing" moves every lease and expiry
+    // back by the same amount, in whole minutes that the few real seconds of a program never decide.
+    const RETENTION_MS = 600_000;
+    const LEASE_MS = 300_000;
+    const advances = [60_000, LEASE_MS, RETENTION_MS];
+    const prefix = uniqueTablePrefix('model');
+
+    async function start(maxRecordsPerScope: number): Promise<RealSystem> {
+      if (!postgres) throw new Error('unreachable: skipped without Postgres');
+      const admin = postgres.admin;
+      await migratePostgresStore(admin, prefix);
+      const stores: PostgresIdempotencyStore[] = [];
+      for (const _ of CALLERS) {
+        stores.push(
+          await PostgresIdempotencyStore.connect(postgres.url, {
+            tablePrefix: prefix,
+            maxRecordsPerScope,
+            migrate: false,
+            maxConnections: 4,
+          }),
+        );
+      }
+      return startRealSystem({
+        storeFor: (caller) => {
+          const store = stores[caller];
+          if (!store) throw new Error(`no store for caller ${caller}`);
+          return store;
+        },
+        retentionMs: RETENTION_MS,
+        leaseMs: LEASE_MS,
+        advance: async (ms) => {
+          await admin.query(
+            `UPDATE ${prefix}records SET expires_at = expires_at - $1 * interval '1 millisecond',
+               resumed_until = resumed_until - $1 * interval '1 millisecond'`,
+            [ms],
+          );
+        },
+        settleMs: 2,
+        deadlineMs: 2_000,
+        close: async () => {
+          await Promise.all(stores.map((store) => store.close()));
+          await admin.query(`DELETE FROM ${prefix}records`);
+        },
+      });
+    }
+
+    afterAll(async () => {
+      await postgres?.drop(prefix);
+    });
+
+    it(
+      `over ${POSTGRES_RUNS} random programs of up to ${MAX_COMMANDS} steps, each instance on its own connections, with and without a quota`,
+      async () => {
+        const before = { ...tally };
+        await fc.assert(
+          fc.asyncProperty(
+            fc.constantFrom(1_000, 1),
+            programs(advances, MAX_COMMANDS),
+            async (maxRecordsPerScope, commands) => {
+              ran.postgresPrograms += 1;
+              const settings: ModelSettings = {
+                retentionMs: RETENTION_MS,
+                leaseMs: LEASE_MS,
+                maxRecordsPerScope,
+                expiry: 'eager',
+              };
+              await runProgram(settings, () => start(maxRecordsPerScope), commands);
+            },
+          ),
+          { numRuns: POSTGRES_RUNS },
+        );
+        report('Postgres store', before);
+        expect(ran.postgresPrograms).toBeGreaterThanOrEqual(POSTGRES_RUNS);
       },
       LONG ? 600_000 : 60_000,
     );

@@ -1,0 +1,713 @@
+// --- A shared dedup store in Postgres (SEP-3182 stateless deployments) ---
+//
+// The same contract as the Redis store, the same answers and the same quotas, for a deployment
+// whose system of record is already Postgres. Every operation is one statement, so one round trip,
+// and each is atomic on its own; no transaction is ever held open across a tool's call:
+//   claim    = SELECT claim(…): "the record if there is one; else, within the caller's quota, my
+//              claim, with a lease, stamped with my liveness session"   (1 round trip)
+//   complete = UPDATE "replace it only if it is still my claim"   (1; `awaitInput` the same,
+//              writing an awaiting-input record)
+//   release  = DELETE (or put back the awaiting-input record it resumed) "only if mine"   (1)
+//   renew    = UPDATE "extend its lease only if it is still my claim"   (1, once per third of a lease)
+// A replay, a conflict and an in-progress answer cost one round trip; a first execution two.
+// Expired rows are treated as absent by every statement, and each claim that writes deletes a
+// few of them, so nothing sweeps on a timer.
+//
+// --- A dead holder is seen at once ---
+// A lease alone makes the retry of a call whose process died wait out the lease (two minutes by
+// default). Postgres knows sooner: each store keeps one dedicated "liveness" connection open for
+// its whole life, and every claim records that session's identity, `pg_backend_pid()` with its
+// `backend_start` (so a pid the kernel reused for a later session is not mistaken for it). A claim
+// that finds an in-progress record whose holder session is no longer in `pg_stat_activity` takes
+// the key as free: the process that held it is gone. A live holder, however slow, still answers
+// in progress, and the lease stays the backstop. What that signal can and cannot see:
+//   - A killed process (crash, OOM kill, SIGKILL): its kernel closes its sockets, Postgres ends
+//     the session at once, and the key is free for the next claim (measured in the tests: well
+//     under a second).
+//   - A host that vanishes (power, network partition): no socket is closed, so Postgres notices
+//     only when TCP keepalives give up (this store asks for about 25 s on its liveness
+//     connection, see LIVENESS_KEEPALIVES) or the lease ends. `client_connection_check_interval`
+//     does not help here: it checks only while a query runs, and the liveness session is idle.
+//   - A liveness connection that breaks while its process lives (a network blip, Postgres
+//     restarted): its claims look dead, and a retry arriving before the store reconnects may run
+//     the call again. The store reconnects at once and re-stamps its running claims with its new
+//     session, and refuses new claims (fails closed) while it has no liveness session.
+//   - A transaction-pooling PgBouncer hands every statement a different server session: the
+//     session identity means nothing there. Connect to Postgres, or to a session-pooling bouncer.
+//   - `backend_start` of another role's sessions is hidden from a role without
+//     `pg_read_all_stats`: every store instance must connect as the same role (or be granted it),
+//     or each would see the others' claims as dead.
+//
+// --- Schema ---
+// One table, plain SQL below (`migrationOf`), applied by `migratePostgresStore` (by `connect` unless
+// told not to), every name under a configurable prefix so tests and tenants do not collide.
+
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
+import type { Fingerprint } from './fingerprint.js';
+import {
+  type Claim,
+  type ClaimTicket,
+  DEFAULT_MAX_BYTES_PER_SCOPE,
+  DEFAULT_MAX_RECORDS_PER_SCOPE,
+  type IdempotencyStore,
+  type RecordId,
+  type StoredResponse,
+  StoreUnavailableError,
+} from './store.js';
+
+/** Every table and function the store creates starts with this; see `migrationOf`. */
+export const DEFAULT_POSTGRES_TABLE_PREFIX = 'sep3182_idem_';
+
+/**
+ * How long one store statement may take before the call fails closed. Each is a handful of
+ * index lookups, well under a millisecond on a healthy Postgres; a second means it is down,
+ * frozen, or waiting on a lock, and the caller is better served by an immediate "retry later,
+ * same key" than by waiting. Also sent as the session's `statement_timeout`, so Postgres itself
+ * stops a statement its caller gave up on.
+ */
+export const DEFAULT_POSTGRES_STATEMENT_TIMEOUT_MS = 1_000;
+
+/** How long `connect` waits for the first connection (and the migration) before refusing to start. */
+export const DEFAULT_POSTGRES_CONNECT_TIMEOUT_MS = 2_000;
+
+/**
+ * Pooled connections per store. Each claim holds one for a single statement, so ten serve far
+ * more concurrent calls than ten; more would mostly add sessions for Postgres to schedule.
+ */
+export const DEFAULT_POSTGRES_MAX_CONNECTIONS = 10;
+
+/** What `pg_stat_activity.application_name` shows for the store's sessions, for operators. */
+export const DEFAULT_POSTGRES_APPLICATION_NAME = 'sep3182-idempotency';
+
+/**
+ * After the statement timeout, how much longer the client waits for Postgres' own cancellation
+ * before it gives the connection up: a server that answers nothing at all (frozen, vanished)
+ * must not leave a pooled connection with a reply still owed, to be reused by the next call.
+ */
+const CLIENT_TIMEOUT_GRACE_MS = 1_000;
+
+/** Ceiling of the liveness connection's reconnect back-off: a recovered Postgres serves claims within about a second. */
+const MAX_RECONNECT_DELAY_MS = 1_000;
+
+/**
+ * Server-side TCP keepalives of the liveness session: after 10 s of silence Postgres probes every
+ * 5 s and gives up after 3 probes, so the session of a host that vanished ends within about 25 s
+ * (the kernel's default is over two hours). Ignored on a Unix socket, where no host can vanish.
+ */
+const LIVENESS_KEEPALIVES =
+  '-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3';
+
+/**
+ * Expired rows a claim deletes as it writes its own: more than it adds, so the table never
+ * grows past its live records by much, at a bounded cost per claim.
+ */
+const PRUNE_PER_CLAIM = 16;
+
+/** Prefixes become parts of SQL identifiers (at most 63 bytes each): lower case, digits and `_` only. */
+const TABLE_PREFIX_PATTERN = /^[a-z_][a-z0-9_]{0,39}$/;
+
+export interface PostgresStoreOptions {
+  /** Prefix of the store's table and function names (lower case, digits, `_`; at most 40 characters). */
+  tablePrefix?: string;
+  /** Quota of one scope (one caller): live records. */
+  maxRecordsPerScope?: number;
+  /** Quota of one scope: characters of stored responses. */
+  maxBytesPerScope?: number;
+  /** Bound on every store statement; past it the operation rejects and the guard fails closed. */
+  statementTimeoutMs?: number;
+}
+
+export interface PostgresConnectOptions {
+  connectTimeoutMs?: number;
+  /** Size of the store's connection pool; the liveness connection comes on top. */
+  maxConnections?: number;
+  applicationName?: string;
+  /** Create the table and functions if they are missing (default true); false when migrations run elsewhere. */
+  migrate?: boolean;
+  /**
+   * Told about every connection error, including each failed reconnect of the liveness
+   * connection. Callers already learn of an outage as a `StoreUnavailableError`; this is for
+   * the operator's log.
+   */
+  onError?: (error: unknown) => void;
+}
+
+// --- The schema ---
+//
+// One row per (scope, idempotency_key), the key's state in `state`:
+//   inProgress     a claim whose call runs: `token` (unique per claim), `holder_pid` and
+//                  `holder_started` (its store's liveness session), `expires_at` (the lease).
+//                  A continuation's claim keeps the awaiting-input record it took over in
+//                  `response`, `bytes` and `resumed_until` (that record's own expiry), for `release`.
+//   awaitingInput  a round answered `input_required`: `response` is that answer.
+//   completed      the final response, replayed to every retry until `expires_at` (retention).
+// `response` is the JSON text exactly as the dispatch answered (text, not jsonb, which would
+// reorder members); `bytes` its length in characters, counted against the caller's quota.
+// A row whose `expires_at` has passed is as good as absent: every statement below ignores it.
+
+/** The SQL that creates (or, for the functions, updates) the store's schema under `tablePrefix`. */
+export function migrationOf(tablePrefix: string): string {
+  const p = checkedPrefix(tablePrefix);
+  return `
+CREATE TABLE IF NOT EXISTS ${p}records (
+  scope           text        NOT NULL,
+  idempotency_key text        NOT NULL,
+  state           text        NOT NULL CHECK (state IN ('inProgress', 'awaitingInput', 'completed')),
+  fingerprint     text        NOT NULL,
+  response        text,
+  bytes           bigint      NOT NULL DEFAULT 0,
+  expires_at      timestamptz NOT NULL,
+  token           uuid,
+  holder_pid      integer,
+  holder_started  timestamptz,
+  resumed_until   timestamptz,
+  PRIMARY KEY (scope, idempotency_key)
+);
+-- What a claim's quota counts, and what it prunes.
+CREATE INDEX IF NOT EXISTS ${p}records_scope_expiry ON ${p}records (scope, expires_at);
+CREATE INDEX IF NOT EXISTS ${p}records_expiry ON ${p}records (expires_at);
+
+-- It may not look it, but this is safe from races across any number of instances. Every claim of
+-- a scope first takes that scope's transaction-level advisory lock, so claims of one scope run
+-- one at a time: of N concurrent claims of one key exactly one finds it free, and the quota
+-- counts what no other claim can add to meanwhile. A complete, release or renew, which take no
+-- such lock, is waited for by the FOR UPDATE row lock. Both locks end with the statement's own
+-- transaction: nothing is held across a tool's call.
+-- Answers (answer, fingerprint, response): 'claimed'; 'resumed' (a continuation took over an
+-- awaiting-input record); 'quota'; or the live record's state, with its fingerprint and response.
+CREATE OR REPLACE FUNCTION ${p}claim(
+  p_scope text, p_key text, p_fingerprint text, p_token uuid, p_lease_ms bigint, p_continuation boolean,
+  p_holder_pid integer, p_holder_started timestamptz, p_max_records bigint, p_max_bytes bigint)
+RETURNS TABLE (answer text, fingerprint text, response text)
+LANGUAGE plpgsql AS $claim$
+DECLARE
+  held ${p}records%ROWTYPE;
+  live boolean;
+  lease_end timestamptz := now() + p_lease_ms * interval '1 millisecond';
+  live_records bigint;
+  live_bytes bigint;
+BEGIN
+  PERFORM pg_advisory_xact_lock(hashtext('${p}'), hashtext(p_scope));
+  SELECT * INTO held FROM ${p}records r
+    WHERE r.scope = p_scope AND r.idempotency_key = p_key AND r.expires_at > now()
+    FOR UPDATE;
+  -- An in-progress record whose holder session has ended is free: its process died.
+  live := FOUND AND (held.state <> 'inProgress' OR EXISTS (
+    SELECT 1 FROM pg_stat_activity a
+    WHERE a.pid = held.holder_pid AND a.backend_start = held.holder_started));
+
+  IF live THEN
+    IF p_continuation AND held.state = 'awaitingInput' AND held.fingerprint = p_fingerprint THEN
+      -- The continuation takes the key over; the record's response and size stay, for release.
+      UPDATE ${p}records r SET state = 'inProgress', token = p_token, expires_at = lease_end,
+          holder_pid = p_holder_pid, holder_started = p_holder_started, resumed_until = held.expires_at
+        WHERE r.scope = p_scope AND r.idempotency_key = p_key;
+      RETURN QUERY SELECT 'resumed', NULL::text, NULL::text;
+      RETURN;
+    END IF;
+    RETURN QUERY SELECT held.state, held.fingerprint,
+      CASE WHEN held.state = 'inProgress' THEN NULL ELSE held.response END;
+    RETURN;
+  END IF;
+
+  DELETE FROM ${p}records r WHERE r.ctid = ANY (ARRAY(
+    SELECT e.ctid FROM ${p}records e WHERE e.expires_at <= now()
+    LIMIT ${PRUNE_PER_CLAIM} FOR UPDATE SKIP LOCKED));
+  -- The caller's quota, without this key's own row: it is expired or its holder is dead.
+  SELECT count(*), coalesce(sum(r.bytes), 0) INTO live_records, live_bytes FROM ${p}records r
+    WHERE r.scope = p_scope AND r.expires_at > now() AND r.idempotency_key <> p_key;
+  IF live_records >= p_max_records OR live_bytes >= p_max_bytes THEN
+    RETURN QUERY SELECT 'quota', NULL::text, NULL::text;
+    RETURN;
+  END IF;
+  INSERT INTO ${p}records AS r (scope, idempotency_key, state, fingerprint, expires_at, token,
+      holder_pid, holder_started)
+    VALUES (p_scope, p_key, 'inProgress', p_fingerprint, lease_end, p_token, p_holder_pid, p_holder_started)
+    ON CONFLICT (scope, idempotency_key) DO UPDATE SET state = 'inProgress',
+      fingerprint = EXCLUDED.fingerprint, response = NULL, bytes = 0, expires_at = EXCLUDED.expires_at,
+      token = EXCLUDED.token, holder_pid = EXCLUDED.holder_pid, holder_started = EXCLUDED.holder_started,
+      resumed_until = NULL;
+  RETURN QUERY SELECT 'claimed', NULL::text, NULL::text;
+END
+$claim$;`;
+}
+
+/** The schema under the default prefix, for an operator who applies migrations with psql. */
+export const MIGRATION = migrationOf(DEFAULT_POSTGRES_TABLE_PREFIX);
+
+/**
+ * Creates the store's schema under `tablePrefix` if it is missing (the functions are replaced
+ * with this version's). In one transaction, under an advisory lock, so instances starting
+ * together do not trip over each other's CREATEs.
+ */
+export async function migratePostgresStore(
+  pool: pg.Pool,
+  tablePrefix = DEFAULT_POSTGRES_TABLE_PREFIX,
+): Promise<void> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query('SELECT pg_advisory_xact_lock(hashtext($1), 0)', [`${tablePrefix}migrate`]);
+    await client.query(migrationOf(tablePrefix));
+    await client.query('COMMIT');
+    client.release();
+  } catch (error) {
+    // The connection may be mid-transaction or broken: never hand it back to the pool.
+    client.release(true);
+    throw error;
+  }
+}
+
+/** A liveness session's identity: what `pg_stat_activity` says of it while it lives. */
+interface Holder {
+  pid: number;
+  /** `backend_start`, as ISO 8601 text in UTC with microseconds (a JS Date would lose them). */
+  started: string;
+}
+
+export class PostgresIdempotencyStore implements IdempotencyStore {
+  readonly tablePrefix: string;
+  readonly maxRecordsPerScope: number;
+  readonly maxBytesPerScope: number;
+  private readonly statementTimeoutMs: number;
+  private readonly sql: Statements;
+  /** The current liveness session, undefined while it is being (re)connected. */
+  private holder: Holder | undefined;
+  private livenessClient: pg.Client | undefined;
+  private reconnectTimer: NodeJS.Timeout | undefined;
+  private closing = false;
+  /** The claims this store holds now (by token), to re-stamp with a new liveness session. */
+  private readonly held = new Map<string, RecordId>();
+
+  /**
+   * Connects a pool and the liveness connection, and (unless `migrate: false`) creates the
+   * schema. Rejects with `StoreUnavailableError` if Postgres does not answer within
+   * `connectTimeoutMs`. While Postgres is unreachable later on, every operation rejects within
+   * its statement timeout, and the store heals by itself once Postgres is back.
+   */
+  static async connect(
+    connection: string | pg.ClientConfig,
+    options: PostgresStoreOptions & PostgresConnectOptions = {},
+  ): Promise<PostgresIdempotencyStore> {
+    const config = typeof connection === 'string' ? { connectionString: connection } : connection;
+    const statementTimeoutMs = options.statementTimeoutMs ?? DEFAULT_POSTGRES_STATEMENT_TIMEOUT_MS;
+    const connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_POSTGRES_CONNECT_TIMEOUT_MS;
+    const session = {
+      ...config,
+      application_name: options.applicationName ?? DEFAULT_POSTGRES_APPLICATION_NAME,
+      statement_timeout: statementTimeoutMs,
+      // Client-side, for a server that answers nothing at all (see CLIENT_TIMEOUT_GRACE_MS).
+      query_timeout: statementTimeoutMs + CLIENT_TIMEOUT_GRACE_MS,
+      keepAlive: true,
+    } satisfies pg.ClientConfig;
+    const pool = new pg.Pool({
+      ...session,
+      max: options.maxConnections ?? DEFAULT_POSTGRES_MAX_CONNECTIONS,
+      // Bounds both a new connection and the wait for a free one: the guard must answer now.
+      connectionTimeoutMillis: statementTimeoutMs,
+    });
+    const onError = options.onError ?? (() => {});
+    // An idle pooled connection that breaks (Postgres restarted) is reported here; with no
+    // listener the EventEmitter would throw, and take the whole server down with Postgres.
+    pool.on('error', onError);
+    const store = new PostgresIdempotencyStore(
+      pool,
+      { ...session, connectionTimeoutMillis: connectTimeoutMs },
+      {
+        ...options,
+        onError,
+      },
+    );
+    try {
+      await withDeadline(
+        (async () => {
+          if (options.migrate ?? true) await migratePostgresStore(pool, store.tablePrefix);
+          await store.connectLiveness();
+        })(),
+        connectTimeoutMs,
+      );
+    } catch (error) {
+      await store.close();
+      throw new StoreUnavailableError(error);
+    }
+    return store;
+  }
+
+  private constructor(
+    /** The store's connection pool; a ledger in the same database may share it. */
+    readonly pool: pg.Pool,
+    private readonly livenessConfig: pg.ClientConfig,
+    private readonly options: PostgresStoreOptions & { onError: (error: unknown) => void },
+  ) {
+    this.tablePrefix = checkedPrefix(options.tablePrefix ?? DEFAULT_POSTGRES_TABLE_PREFIX);
+    this.statementTimeoutMs = options.statementTimeoutMs ?? DEFAULT_POSTGRES_STATEMENT_TIMEOUT_MS;
+    this.maxRecordsPerScope = positiveInteger(
+      'maxRecordsPerScope',
+      options.maxRecordsPerScope ?? DEFAULT_MAX_RECORDS_PER_SCOPE,
+    );
+    this.maxBytesPerScope = positiveInteger(
+      'maxBytesPerScope',
+      options.maxBytesPerScope ?? DEFAULT_MAX_BYTES_PER_SCOPE,
+    );
+    this.sql = statementsOf(this.tablePrefix);
+  }
+
+  /** The session that holds this store's claims now, if connected: what `pg_stat_activity` shows. */
+  get livenessSession(): Readonly<Holder> | undefined {
+    return this.holder;
+  }
+
+  // No global `maxRecords` here, and never `full` from a count: counting every record would
+  // cost a scan. The global cap is the operator's disk; a full one is reported as `full`.
+  async claim(id: RecordId, fingerprint: Fingerprint, leaseMs: number, continuation = false): Promise<Claim> {
+    const lease = milliseconds(leaseMs);
+    // Fail closed without a liveness session: a claim stamped with none would look dead at once.
+    const holder = this.holder;
+    if (!holder) throw new StoreUnavailableError(new Error('no liveness connection to Postgres'));
+    const token = randomUUID();
+    let row: Row | undefined;
+    try {
+      row = await this.one(this.sql.claim, [
+        id.scope,
+        id.idempotencyKey,
+        fingerprint,
+        token,
+        lease,
+        continuation,
+        holder.pid,
+        holder.started,
+        this.maxRecordsPerScope,
+        this.maxBytesPerScope,
+      ]);
+    } catch (error) {
+      if (isDiskFull(error)) return { state: 'full' };
+      // Fail closed. A statement that timed out may still have claimed the key; its retry
+      // then sees `inProgress` until the lease ends, which is the safe side to err on.
+      throw new StoreUnavailableError(error);
+    }
+    const answer = row?.answer;
+    // A continuation's ticket carries nothing more: the row itself keeps what `release` puts back.
+    if (answer === 'claimed' || answer === 'resumed') {
+      this.held.set(token, { scope: id.scope, idempotencyKey: id.idempotencyKey });
+      return {
+        state: 'claimed',
+        ticket: { scope: id.scope, idempotencyKey: id.idempotencyKey, fingerprint, token },
+      };
+    }
+    if (answer === 'quota') return { state: 'quotaExceeded' };
+    return claimOf(row);
+  }
+
+  complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean> {
+    return this.settle(ticket, 'completed', response, retentionMs);
+  }
+
+  awaitInput(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean> {
+    return this.settle(ticket, 'awaitingInput', response, retentionMs);
+  }
+
+  async release(ticket: ClaimTicket): Promise<boolean> {
+    this.held.delete(ticket.token);
+    try {
+      const row = await this.one(this.sql.release, [ticket.scope, ticket.idempotencyKey, ticket.token]);
+      return row?.released === true;
+    } catch (error) {
+      throw new StoreUnavailableError(error);
+    }
+  }
+
+  async renew(ticket: ClaimTicket, leaseMs: number): Promise<boolean> {
+    const lease = milliseconds(leaseMs);
+    // Re-stamped with the current liveness session too, should it have changed since the claim.
+    const holder = this.holder;
+    try {
+      const result = await this.bounded(
+        this.pool.query(this.sql.renew, [
+          ticket.scope,
+          ticket.idempotencyKey,
+          ticket.token,
+          lease,
+          holder?.pid ?? null,
+          holder?.started ?? null,
+        ]),
+      );
+      const renewed = result.rowCount === 1;
+      if (!renewed) this.held.delete(ticket.token);
+      return renewed;
+    } catch (error) {
+      throw new StoreUnavailableError(error);
+    }
+  }
+
+  /** Deletes every record of this store's table (never the table, never anything else). */
+  async clear(): Promise<void> {
+    try {
+      await this.bounded(this.pool.query(this.sql.clear));
+    } catch (error) {
+      throw new StoreUnavailableError(error);
+    }
+  }
+
+  /** Creates the schema if it is missing (what `connect` does unless told `migrate: false`). */
+  async migrate(): Promise<void> {
+    try {
+      await this.bounded(migratePostgresStore(this.pool, this.tablePrefix));
+    } catch (error) {
+      throw new StoreUnavailableError(error);
+    }
+  }
+
+  /**
+   * Closes the pool and the liveness connection. The claims this store still holds then look
+   * dead to every other instance, which is what they are.
+   */
+  async close(): Promise<void> {
+    this.closing = true;
+    clearTimeout(this.reconnectTimer);
+    this.holder = undefined;
+    const liveness = this.livenessClient;
+    this.livenessClient = undefined;
+    await Promise.all([
+      liveness?.end().catch(() => {}),
+      this.pool.ended ? undefined : this.pool.end().catch(() => {}),
+    ]);
+  }
+
+  /** Replaces the claim with a completed or awaiting-input record, kept for `retentionMs`. */
+  private async settle(
+    ticket: ClaimTicket,
+    state: 'completed' | 'awaitingInput',
+    response: StoredResponse,
+    retentionMs: number,
+  ): Promise<boolean> {
+    const retention = milliseconds(retentionMs);
+    const json = JSON.stringify(response);
+    this.held.delete(ticket.token);
+    try {
+      const result = await this.bounded(
+        this.pool.query(this.sql.settle, [
+          ticket.scope,
+          ticket.idempotencyKey,
+          ticket.token,
+          state,
+          json,
+          json.length,
+          retention,
+        ]),
+      );
+      return result.rowCount === 1;
+    } catch (error) {
+      throw new StoreUnavailableError(error);
+    }
+  }
+
+  /**
+   * Opens the liveness connection and learns its session's identity. Called once by `connect`;
+   * after that, whenever the connection breaks, it reconnects in the background with back-off
+   * and re-stamps the claims this store holds, whose old session Postgres has just ended.
+   */
+  private async connectLiveness(): Promise<void> {
+    const client = new pg.Client({
+      ...this.livenessConfig,
+      options: [this.livenessConfig.options, LIVENESS_KEEPALIVES].filter(Boolean).join(' '),
+    });
+    client.on('error', this.options.onError);
+    try {
+      await client.connect();
+      const identity = await client.query<Record<string, unknown>>(
+        `SELECT pid, to_char(backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS started
+           FROM pg_stat_activity WHERE pid = pg_backend_pid()`,
+      );
+      const [row] = identity.rows;
+      const pid = row?.pid;
+      const started = row?.started;
+      if (typeof pid !== 'number' || typeof started !== 'string') {
+        throw new Error('pg_stat_activity does not show the liveness session');
+      }
+      if (this.closing) throw new Error('the store was closed');
+      client.once('end', () => this.livenessLost(client));
+      this.livenessClient = client;
+      this.holder = { pid, started };
+    } catch (error) {
+      await client.end().catch(() => {});
+      throw error;
+    }
+    await this.restamp().catch(this.options.onError);
+  }
+
+  private livenessLost(client: pg.Client, attempt = 0): void {
+    if (this.livenessClient === client) {
+      this.livenessClient = undefined;
+      this.holder = undefined;
+    }
+    if (this.closing) return;
+    // Exponential back-off from 50 ms to 1 s, with jitter so a fleet does not reconnect in lockstep.
+    const delay = Math.min(50 * 2 ** attempt, MAX_RECONNECT_DELAY_MS) + Math.floor(Math.random() * 100);
+    this.reconnectTimer = setTimeout(() => {
+      this.connectLiveness().catch((error: unknown) => {
+        this.options.onError(error);
+        this.livenessLost(client, attempt + 1);
+      });
+    }, delay);
+    // A server waiting to reconnect its store must still be able to exit.
+    this.reconnectTimer.unref();
+  }
+
+  /** Moves the claims this store holds to its current liveness session (one statement). */
+  private async restamp(): Promise<void> {
+    const holder = this.holder;
+    if (!holder || this.held.size === 0) return;
+    const claims = [...this.held.entries()];
+    await this.bounded(
+      this.pool.query(this.sql.restamp, [
+        claims.map(([, id]) => id.scope),
+        claims.map(([, id]) => id.idempotencyKey),
+        claims.map(([token]) => token),
+        holder.pid,
+        holder.started,
+      ]),
+    );
+  }
+
+  /** The first row a statement answers, if any, within the statement timeout. */
+  private async one(text: string, values: unknown[]): Promise<Row | undefined> {
+    const result = await this.bounded(this.pool.query<Row>(text, values));
+    return result.rows[0];
+  }
+
+  /**
+   * Fails the call once the statement timeout has passed without a reply. `statement_timeout`
+   * bounds only a statement Postgres runs, and `query_timeout` starts only once a connection
+   * is had: neither bounds the whole call against a Postgres that accepts a connection and then
+   * says nothing. If the reply never comes, `query_timeout` then gives its connection up.
+   */
+  private bounded<T>(query: Promise<T>): Promise<T> {
+    return withDeadline(query, this.statementTimeoutMs);
+  }
+}
+
+/** A row as a statement answers it: every column's value still to be checked. */
+type Row = Record<string, unknown>;
+
+interface Statements {
+  claim: string;
+  settle: string;
+  release: string;
+  renew: string;
+  restamp: string;
+  clear: string;
+}
+
+// Each statement takes the claim's (scope, key, token) as $1..$3, and changes the row only while
+// it still holds that exact live claim: a claim that lost its key (its lease ran out, or the key
+// was taken over) changes nothing, and a completed record's token is NULL.
+function statementsOf(p: string): Statements {
+  const mine = `scope = $1 AND idempotency_key = $2 AND token = $3 AND state = 'inProgress' AND expires_at > now()`;
+  return {
+    claim: `SELECT answer, fingerprint, response FROM ${p}claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+    // $4 the state, $5 the response's JSON, $6 its size, $7 the retention in ms.
+    settle: `UPDATE ${p}records SET state = $4, response = $5, bytes = $6,
+        expires_at = now() + $7 * interval '1 millisecond',
+        token = NULL, holder_pid = NULL, holder_started = NULL, resumed_until = NULL
+      WHERE ${mine}`,
+    // Nothing ran: a fresh claim's row goes; a continuation's puts back the awaiting-input record
+    // it took over, with that record's own expiry (already passed, it is as good as gone).
+    release: `WITH gone AS (
+        DELETE FROM ${p}records WHERE ${mine} AND resumed_until IS NULL RETURNING 1
+      ), back AS (
+        UPDATE ${p}records SET state = 'awaitingInput', expires_at = resumed_until,
+            token = NULL, holder_pid = NULL, holder_started = NULL, resumed_until = NULL
+          WHERE ${mine} AND resumed_until IS NOT NULL RETURNING 1
+      )
+      SELECT EXISTS (SELECT 1 FROM gone) OR EXISTS (SELECT 1 FROM back) AS released`,
+    // $4 the lease in ms; $5, $6 the current liveness session, if any (else the claim keeps its own).
+    renew: `UPDATE ${p}records SET expires_at = now() + $4 * interval '1 millisecond',
+        holder_pid = coalesce($5, holder_pid), holder_started = coalesce($6::timestamptz, holder_started)
+      WHERE ${mine}`,
+    restamp: `UPDATE ${p}records r SET holder_pid = $4, holder_started = $5
+      FROM unnest($1::text[], $2::text[], $3::uuid[]) AS c(scope, idempotency_key, token)
+      WHERE r.scope = c.scope AND r.idempotency_key = c.idempotency_key AND r.token = c.token
+        AND r.state = 'inProgress'`,
+    clear: `DELETE FROM ${p}records`,
+  };
+}
+
+/** The answer for a key someone else holds. Anything unreadable fails closed. */
+function claimOf(row: Row | undefined): Claim {
+  const state = row?.answer;
+  const fingerprint = row?.fingerprint;
+  if (typeof fingerprint === 'string') {
+    if (state === 'inProgress') return { state: 'inProgress', fingerprint };
+    const response = storedResponseOf(row?.response);
+    if ((state === 'completed' || state === 'awaitingInput') && response)
+      return { state, fingerprint, response };
+  }
+  throw new StoreUnavailableError(
+    new Error(`unreadable idempotency record: ${JSON.stringify(row).slice(0, 200)}`),
+  );
+}
+
+/** A stored response from its JSON text, or undefined if it is not one. */
+function storedResponseOf(json: unknown): StoredResponse | undefined {
+  if (typeof json !== 'string') return undefined;
+  let value: unknown;
+  try {
+    value = JSON.parse(json);
+  } catch {
+    return undefined;
+  }
+  if (!isPlainObject(value)) return undefined;
+  const { result, error } = value;
+  if (isPlainObject(result)) return { result };
+  if (!isPlainObject(error)) return undefined;
+  const { code, message } = error;
+  if (typeof code !== 'number' || typeof message !== 'string') return undefined;
+  // `data` is optional: present (even as null) only if the original had it.
+  return Object.hasOwn(error, 'data')
+    ? { error: { code, message, data: error.data } }
+    : { error: { code, message } };
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** Postgres refused a write because its disk is full (SQLSTATE 53100 disk_full). */
+function isDiskFull(error: unknown): boolean {
+  return error instanceof pg.DatabaseError && error.code === '53100';
+}
+
+function checkedPrefix(prefix: string): string {
+  if (!TABLE_PREFIX_PATTERN.test(prefix)) {
+    throw new RangeError(
+      `a Postgres table prefix must be lower case letters, digits and _ (at most 40): "${prefix}"`,
+    );
+  }
+  return prefix;
+}
+
+function positiveInteger(name: string, value: number): number {
+  if (!Number.isSafeInteger(value) || value < 1)
+    throw new RangeError(`${name} must be a positive integer, got ${value}`);
+  return value;
+}
+
+/** A lease or retention: a positive whole number of milliseconds. */
+function milliseconds(ms: number): number {
+  if (!Number.isFinite(ms) || ms <= 0) throw new RangeError(`not a positive duration in ms: ${ms}`);
+  return Math.ceil(ms);
+}
+
+/** Rejects once `ms` have passed; the losing promise's own outcome is still handled by `race`. */
+async function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no reply from Postgres within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([promise, deadline]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

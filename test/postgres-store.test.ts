@@ -1,0 +1,791 @@
+// The Postgres store against a real Postgres: the store contract as the Redis store keeps it
+// (SEP-3182, stateless deployments), plus what only Postgres can tell: a claim whose process
+// died is free at once, and a completed record outlives a restart of Postgres itself.
+
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import {
+  type PostgresConnectOptions,
+  PostgresIdempotencyStore,
+  type PostgresStoreOptions,
+} from '../idempotency/postgres-store.js';
+import {
+  type ClaimTicket,
+  DEFAULT_MAX_BYTES_PER_SCOPE,
+  DEFAULT_MAX_RECORDS_PER_SCOPE,
+  type RecordId,
+  type StoredResponse,
+  StoreUnavailableError,
+} from '../idempotency/store.js';
+import {
+  POSTGRES_SKIP_REASON,
+  startPostgres,
+  type TestPostgres,
+  uniqueTablePrefix,
+} from './support/postgres.js';
+import { waitUntil } from './support/redis.js';
+
+const postgres = await startPostgres();
+if (!postgres) console.warn(POSTGRES_SKIP_REASON);
+else if (!postgres.owned) {
+  console.warn(
+    'Fail-closed, restart and round-trip tests skipped: they stop Postgres or read its log, so need a private cluster, not DATABASE_URL',
+  );
+}
+const needsOwnServer = !postgres?.owned;
+
+const prefix = uniqueTablePrefix('store');
+const records = `${prefix}records`;
+const LEASE_MS = 120_000;
+const RETENTION_MS = 300_000;
+/** Short enough to watch a record expire within a test. */
+const SHORT_MS = 200;
+
+const FINGERPRINT = 'fingerprint-of-charge_guarded(100)';
+const OTHER_FINGERPRINT = 'fingerprint-of-charge_guarded(999)';
+
+const RESULT: StoredResponse = {
+  result: {
+    content: [{ type: 'text', text: 'Charged 100. New balance: 100 — “ok” \u{1F4B3}' }],
+    structuredContent: { charged: 100, balance: 100, ratio: 0.1, nothing: null, list: [1, 'two', false] },
+    isError: false,
+    _meta: { 'example.com/trace': { id: 'abc' } },
+  },
+};
+const ERROR: StoredResponse = {
+  error: { code: -32603, message: 'provider timed out', data: { retryable: true, detail: [null, 0] } },
+};
+
+function server(): TestPostgres {
+  if (!postgres) throw new Error('unreachable: these tests are skipped without Postgres');
+  return postgres;
+}
+
+const stores: PostgresIdempotencyStore[] = [];
+const children: ChildProcess[] = [];
+
+/** A store with its own pool and liveness connection, as each server instance has. */
+async function openStore(
+  options: PostgresStoreOptions & PostgresConnectOptions = {},
+): Promise<PostgresIdempotencyStore> {
+  const store = await PostgresIdempotencyStore.connect(server().url, { tablePrefix: prefix, ...options });
+  stores.push(store);
+  return store;
+}
+
+afterEach(async () => {
+  for (const child of children.splice(0)) child.kill('SIGKILL');
+  await Promise.all(stores.splice(0).map((store) => store.close()));
+});
+
+afterAll(async () => {
+  await postgres?.drop(prefix);
+  await postgres?.stop();
+});
+
+const newId = (scope = 'alice'): RecordId => ({ scope, idempotencyKey: randomUUID() });
+
+async function claimTicket(
+  store: PostgresIdempotencyStore,
+  id: RecordId,
+  leaseMs = LEASE_MS,
+): Promise<ClaimTicket> {
+  const claim = await store.claim(id, FINGERPRINT, leaseMs);
+  if (claim.state !== 'claimed') throw new Error(`expected a claim, got ${claim.state}`);
+  return claim.ticket;
+}
+
+/** The row behind a store's back, with what is left of its lease or retention in ms. */
+async function rowOf(id: RecordId) {
+  const { rows } = await server().admin.query<{ state: string; left_ms: number; holder_pid: number | null }>(
+    `SELECT state, holder_pid, (extract(epoch FROM expires_at - now()) * 1000)::float8 AS left_ms
+       FROM ${records} WHERE scope = $1 AND idempotency_key = $2 AND expires_at > now()`,
+    [id.scope, id.idempotencyKey],
+  );
+  return rows[0];
+}
+
+describe.skipIf(!postgres)('claim and complete', () => {
+  it('claims a key nobody holds', async () => {
+    const store = await openStore();
+    const id = newId();
+
+    const claim = await store.claim(id, FINGERPRINT, LEASE_MS);
+
+    expect(claim).toMatchObject({ state: 'claimed', ticket: { ...id, fingerprint: FINGERPRINT } });
+  });
+
+  it('answers inProgress, with the original fingerprint, while the first claim is executing', async () => {
+    const store = await openStore();
+    const id = newId();
+    await claimTicket(store, id);
+
+    expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
+      state: 'inProgress',
+      fingerprint: FINGERPRINT,
+    });
+    expect(await store.claim(id, OTHER_FINGERPRINT, LEASE_MS)).toStrictEqual({
+      state: 'inProgress',
+      fingerprint: FINGERPRINT,
+    });
+  });
+
+  it('replays a stored result after complete, byte for byte as the dispatch answered it', async () => {
+    const store = await openStore();
+    const id = newId();
+    expect(await store.complete(await claimTicket(store, id), RESULT, RETENTION_MS)).toBe(true);
+
+    const replay = await store.claim(id, FINGERPRINT, LEASE_MS);
+
+    expect(replay).toStrictEqual({ state: 'completed', fingerprint: FINGERPRINT, response: RESULT });
+    if (replay.state !== 'completed') throw new Error('unreachable');
+    expect(JSON.stringify(replay.response)).toBe(JSON.stringify(RESULT));
+  });
+
+  it('replays a stored error response exactly, with and without data', async () => {
+    const store = await openStore();
+    const withData = newId();
+    const withoutData = newId();
+    const bare: StoredResponse = { error: { code: -32602, message: 'Invalid arguments' } };
+    await store.complete(await claimTicket(store, withData), ERROR, RETENTION_MS);
+    await store.complete(await claimTicket(store, withoutData), bare, RETENTION_MS);
+
+    expect(await store.claim(withData, FINGERPRINT, LEASE_MS)).toStrictEqual({
+      state: 'completed',
+      fingerprint: FINGERPRINT,
+      response: ERROR,
+    });
+    expect(await store.claim(withoutData, FINGERPRINT, LEASE_MS)).toStrictEqual({
+      state: 'completed',
+      fingerprint: FINGERPRINT,
+      response: bare,
+    });
+  });
+
+  it('hands a claim of a completed key under other arguments the original fingerprint, for the conflict', async () => {
+    const store = await openStore();
+    const id = newId();
+    await store.complete(await claimTicket(store, id), RESULT, RETENTION_MS);
+
+    expect(await store.claim(id, OTHER_FINGERPRINT, LEASE_MS)).toMatchObject({
+      state: 'completed',
+      fingerprint: FINGERPRINT,
+    });
+  });
+});
+
+describe.skipIf(!postgres)('scope isolation', () => {
+  it('keeps the same idempotencyKey under two scopes as two independent records', async () => {
+    const store = await openStore();
+    const alice = newId('alice');
+    const bob: RecordId = { scope: 'bob', idempotencyKey: alice.idempotencyKey };
+    await store.complete(await claimTicket(store, alice), RESULT, RETENTION_MS);
+
+    expect((await store.claim(bob, OTHER_FINGERPRINT, LEASE_MS)).state).toBe('claimed');
+    expect(await store.claim(alice, FINGERPRINT, LEASE_MS)).toMatchObject({
+      state: 'completed',
+      response: RESULT,
+    });
+  });
+
+  it('never confuses a scope and a key that concatenate to the same text', async () => {
+    const store = await openStore();
+    const key = randomUUID();
+    await claimTicket(store, { scope: 'team:a', idempotencyKey: key });
+
+    const claim = await store.claim({ scope: 'team', idempotencyKey: `a:${key}` }, FINGERPRINT, LEASE_MS);
+
+    expect(claim.state).toBe('claimed');
+  });
+});
+
+describe.skipIf(!postgres)('claim is atomic across instances', () => {
+  it('of 40 concurrent claims of one key from two instances, on many connections, exactly one is claimed', async () => {
+    const [one, two] = await Promise.all([openStore(), openStore()]);
+    const id = newId();
+
+    const claims = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => (i % 2 === 0 ? one : two).claim(id, `fingerprint-${i}`, LEASE_MS)),
+    );
+
+    const winners = claims.flatMap((claim) => (claim.state === 'claimed' ? [claim.ticket] : []));
+    expect(winners).toHaveLength(1);
+    const others = claims.filter((claim) => claim.state !== 'claimed');
+    expect(others).toStrictEqual(
+      Array(39).fill({ state: 'inProgress', fingerprint: winners[0]?.fingerprint }),
+    );
+    // The claims really ran side by side: each pool opened more than one session.
+    expect(one.pool.totalCount + two.pool.totalCount).toBeGreaterThan(2);
+  });
+});
+
+describe.skipIf(!postgres)(
+  'lease: an instance that hangs mid-execution does not block its key forever',
+  () => {
+    it('expires an in-progress claim that is never completed after leaseMs, then lets the key be claimed', async () => {
+      const store = await openStore();
+      const id = newId();
+      const started = performance.now();
+      await claimTicket(store, id, SHORT_MS);
+      const row = await rowOf(id);
+      expect(row?.left_ms).toBeGreaterThan(0);
+      expect(row?.left_ms).toBeLessThanOrEqual(SHORT_MS);
+
+      expect((await store.claim(id, FINGERPRINT, SHORT_MS)).state).toBe('inProgress');
+      await waitUntil(async () => (await store.claim(id, FINGERPRINT, LEASE_MS)).state === 'claimed');
+
+      expect(performance.now() - started).toBeGreaterThanOrEqual(SHORT_MS - 10);
+    });
+
+    it('ignores a complete with a stale ticket: the newer claim keeps the key', async () => {
+      const [stalled, survivor] = await Promise.all([openStore(), openStore()]);
+      const id = newId();
+      const stale = await claimTicket(stalled, id, SHORT_MS);
+      let fresh: ClaimTicket | undefined;
+      await waitUntil(async () => {
+        const claim = await survivor.claim(id, OTHER_FINGERPRINT, LEASE_MS);
+        if (claim.state === 'claimed') fresh = claim.ticket;
+        return fresh !== undefined;
+      });
+
+      expect(await stalled.complete(stale, ERROR, RETENTION_MS)).toBe(false);
+
+      expect(await survivor.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
+        state: 'inProgress',
+        fingerprint: OTHER_FINGERPRINT,
+      });
+      if (!fresh) throw new Error('unreachable');
+      expect(await survivor.complete(fresh, RESULT, RETENTION_MS)).toBe(true);
+      expect(await survivor.claim(id, OTHER_FINGERPRINT, LEASE_MS)).toMatchObject({ response: RESULT });
+    });
+
+    it('records nothing when a claim completes after its lease expired and nobody re-claimed', async () => {
+      const store = await openStore();
+      const id = newId();
+      const stale = await claimTicket(store, id, SHORT_MS);
+      await waitUntil(async () => (await rowOf(id)) === undefined);
+
+      expect(await store.complete(stale, RESULT, RETENTION_MS)).toBe(false);
+
+      expect(await rowOf(id)).toBeUndefined();
+      expect((await store.claim(id, FINGERPRINT, LEASE_MS)).state).toBe('claimed');
+    });
+  },
+);
+
+describe.skipIf(!postgres)('renewing a live claim', () => {
+  it("extends the claim's lease, as another connection sees it", async () => {
+    const store = await openStore();
+    const id = newId();
+    const ticket = await claimTicket(store, id, SHORT_MS);
+
+    expect(await store.renew(ticket, LEASE_MS)).toBe(true);
+
+    const row = await rowOf(id);
+    expect(row?.left_ms).toBeGreaterThan(LEASE_MS - 5_000);
+    expect(row?.left_ms).toBeLessThanOrEqual(LEASE_MS);
+    await new Promise((resolve) => setTimeout(resolve, 2 * SHORT_MS));
+    expect((await store.claim(id, FINGERPRINT, LEASE_MS)).state).toBe('inProgress');
+  });
+
+  it('does nothing for a claim that lost its key: another claim keeps its lease, an expired key stays free', async () => {
+    const [stalled, survivor] = await Promise.all([openStore(), openStore()]);
+    const id = newId();
+    const stale = await claimTicket(stalled, id, SHORT_MS);
+    await waitUntil(async () => (await rowOf(id)) === undefined);
+    expect(await stalled.renew(stale, LEASE_MS)).toBe(false);
+    expect(await rowOf(id)).toBeUndefined();
+
+    const fresh = await claimTicket(survivor, id, SHORT_MS);
+    expect(await stalled.renew(stale, LEASE_MS)).toBe(false);
+    expect((await rowOf(id))?.left_ms).toBeLessThanOrEqual(SHORT_MS);
+    expect(await survivor.renew(fresh, LEASE_MS)).toBe(true);
+  });
+
+  it('does nothing for a completed record: its retention stands', async () => {
+    const store = await openStore();
+    const id = newId();
+    const ticket = await claimTicket(store, id);
+    await store.complete(ticket, RESULT, SHORT_MS);
+
+    expect(await store.renew(ticket, LEASE_MS)).toBe(false);
+    expect((await rowOf(id))?.left_ms).toBeLessThanOrEqual(SHORT_MS);
+  });
+});
+
+describe.skipIf(!postgres)('retention', () => {
+  it('treats a completed record as gone after retentionMs, and the key executes again', async () => {
+    const store = await openStore();
+    const id = newId();
+    await store.complete(await claimTicket(store, id), RESULT, SHORT_MS);
+    expect((await store.claim(id, FINGERPRINT, LEASE_MS)).state).toBe('completed');
+
+    await waitUntil(async () => (await rowOf(id)) === undefined);
+
+    expect((await store.claim(id, FINGERPRINT, LEASE_MS)).state).toBe('claimed');
+  });
+
+  it('deletes expired rows as later claims write, so the table does not grow with dead records', async () => {
+    const store = await openStore();
+    const scope = `prune-${randomUUID()}`;
+    for (let i = 0; i < 5; i++) await store.complete(await claimTicket(store, newId(scope)), RESULT, 1);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+
+    await claimTicket(store, newId());
+
+    const { rows } = await server().admin.query(`SELECT 1 FROM ${records} WHERE scope = $1`, [scope]);
+    expect(rows).toHaveLength(0);
+  });
+});
+
+describe.skipIf(!postgres)('multi-round-trip calls: awaiting input, continuation, release', () => {
+  async function awaiting(store: PostgresIdempotencyStore, id: RecordId): Promise<void> {
+    expect(await store.awaitInput(await claimTicket(store, id), RESULT, RETENTION_MS)).toBe(true);
+  }
+
+  it('answers a repeat of the opening round awaitingInput, with the question it stored', async () => {
+    const store = await openStore();
+    const id = newId();
+    await awaiting(store, id);
+
+    expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
+      state: 'awaitingInput',
+      fingerprint: FINGERPRINT,
+      response: RESULT,
+    });
+  });
+
+  it('lets a continuation of the same fingerprint take the key over, and no second one at once', async () => {
+    const [one, two] = await Promise.all([openStore(), openStore()]);
+    const id = newId();
+    await awaiting(one, id);
+
+    const continuations = await Promise.all([
+      one.claim(id, FINGERPRINT, LEASE_MS, true),
+      two.claim(id, FINGERPRINT, LEASE_MS, true),
+    ]);
+
+    expect(continuations.map((claim) => claim.state).sort()).toStrictEqual(['claimed', 'inProgress']);
+  });
+
+  it('refuses the takeover to a continuation of another fingerprint', async () => {
+    const store = await openStore();
+    const id = newId();
+    await awaiting(store, id);
+
+    expect(await store.claim(id, OTHER_FINGERPRINT, LEASE_MS, true)).toMatchObject({
+      state: 'awaitingInput',
+      fingerprint: FINGERPRINT,
+    });
+  });
+
+  it('release after a continuation puts the awaiting-input record back, with its own expiry', async () => {
+    const store = await openStore();
+    const id = newId();
+    await store.awaitInput(await claimTicket(store, id), RESULT, 60_000);
+    const continuation = await store.claim(id, FINGERPRINT, LEASE_MS, true);
+    if (continuation.state !== 'claimed') throw new Error(continuation.state);
+
+    expect(await store.release(continuation.ticket)).toBe(true);
+
+    expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toMatchObject({
+      state: 'awaitingInput',
+      response: RESULT,
+    });
+    const row = await rowOf(id);
+    expect(row?.left_ms).toBeLessThanOrEqual(60_000);
+    expect(row?.left_ms).toBeGreaterThan(55_000);
+    expect(await store.release(continuation.ticket)).toBe(false);
+  });
+
+  it('release of an opening claim frees the key; a continuation that completes stores the final answer', async () => {
+    const store = await openStore();
+    const id = newId();
+    expect(await store.release(await claimTicket(store, id))).toBe(true);
+    expect(await rowOf(id)).toBeUndefined();
+
+    await awaiting(store, id);
+    const continuation = await store.claim(id, FINGERPRINT, LEASE_MS, true);
+    if (continuation.state !== 'claimed') throw new Error(continuation.state);
+    expect(await store.complete(continuation.ticket, ERROR, RETENTION_MS)).toBe(true);
+
+    expect(await store.claim(id, FINGERPRINT, LEASE_MS, true)).toStrictEqual({
+      state: 'completed',
+      fingerprint: FINGERPRINT,
+      response: ERROR,
+    });
+  });
+});
+
+describe.skipIf(!postgres)('quotas of one caller, as the Redis store keeps them', () => {
+  it('defaults to the quotas every store has', async () => {
+    const store = await openStore();
+    expect([store.maxRecordsPerScope, store.maxBytesPerScope]).toStrictEqual([
+      DEFAULT_MAX_RECORDS_PER_SCOPE,
+      DEFAULT_MAX_BYTES_PER_SCOPE,
+    ]);
+  });
+
+  it('answers quotaExceeded past the caller’s live records, while another caller still claims', async () => {
+    const store = await openStore({ maxRecordsPerScope: 2 });
+    const scope = `quota-${randomUUID()}`;
+    const first = await claimTicket(store, newId(scope));
+    await store.complete(await claimTicket(store, newId(scope), SHORT_MS), RESULT, SHORT_MS);
+
+    expect(await store.claim(newId(scope), FINGERPRINT, LEASE_MS)).toStrictEqual({ state: 'quotaExceeded' });
+    expect((await store.claim(newId(`other-${scope}`), FINGERPRINT, LEASE_MS)).state).toBe('claimed');
+
+    // A record that expires and one that is released give their places back.
+    await waitUntil(async () => (await store.claim(newId(scope), FINGERPRINT, LEASE_MS)).state === 'claimed');
+    expect(await store.claim(newId(scope), FINGERPRINT, LEASE_MS)).toStrictEqual({ state: 'quotaExceeded' });
+    await store.release(first);
+    expect((await store.claim(newId(scope), FINGERPRINT, LEASE_MS)).state).toBe('claimed');
+  });
+
+  it('answers quotaExceeded once the caller’s stored responses reach its quota of characters', async () => {
+    const size = JSON.stringify(RESULT).length;
+    const store = await openStore({ maxBytesPerScope: 2 * size });
+    const scope = `bytes-${randomUUID()}`;
+    await store.complete(await claimTicket(store, newId(scope)), RESULT, RETENTION_MS);
+    expect((await store.claim(newId(scope), FINGERPRINT, LEASE_MS)).state).toBe('claimed');
+    await store.complete(await claimTicket(store, newId(scope)), RESULT, RETENTION_MS);
+
+    expect(await store.claim(newId(scope), FINGERPRINT, LEASE_MS)).toStrictEqual({ state: 'quotaExceeded' });
+    // Another caller's quota is its own.
+    expect((await store.claim(newId(`other-${scope}`), FINGERPRINT, LEASE_MS)).state).toBe('claimed');
+  });
+
+  it('holds the quota under concurrent claims of different keys from two instances', async () => {
+    const [one, two] = await Promise.all([
+      openStore({ maxRecordsPerScope: 5 }),
+      openStore({ maxRecordsPerScope: 5 }),
+    ]);
+    const scope = `race-${randomUUID()}`;
+
+    const claims = await Promise.all(
+      Array.from({ length: 30 }, (_, i) =>
+        (i % 2 === 0 ? one : two).claim(newId(scope), FINGERPRINT, LEASE_MS),
+      ),
+    );
+
+    const states = claims.map((claim) => claim.state);
+    expect(states.filter((state) => state === 'claimed')).toHaveLength(5);
+    expect(states.filter((state) => state === 'quotaExceeded')).toHaveLength(25);
+  });
+});
+
+describe.skipIf(!postgres)('clear', () => {
+  it("deletes this store's records and nothing in another prefix's table", async () => {
+    const neighbourPrefix = uniqueTablePrefix('neighbour');
+    const neighbour = await openStore({ tablePrefix: neighbourPrefix });
+    try {
+      const store = await openStore();
+      const ids = [newId(), newId(), newId()];
+      for (const id of ids) await claimTicket(store, id);
+      const kept = newId();
+      await neighbour.complete(await claimTicket(neighbour, kept), RESULT, RETENTION_MS);
+
+      await store.clear();
+
+      for (const id of ids) expect((await store.claim(id, FINGERPRINT, LEASE_MS)).state).toBe('claimed');
+      expect((await neighbour.claim(kept, FINGERPRINT, LEASE_MS)).state).toBe('completed');
+    } finally {
+      await server().drop(neighbourPrefix);
+    }
+  });
+
+  it('refuses a table prefix that is no plain SQL identifier', async () => {
+    for (const tablePrefix of ['App_', 'x"; DROP TABLE y; --', '1abc', 'a'.repeat(41)]) {
+      await expect(PostgresIdempotencyStore.connect(server().url, { tablePrefix })).rejects.toThrow(
+        RangeError,
+      );
+    }
+  });
+});
+
+describe.skipIf(!postgres || needsOwnServer)(
+  'round trips, as Postgres receives them (log_statement = all)',
+  () => {
+    it('costs one statement per claim and per complete: a first execution two, any other answer one', async () => {
+      const applicationName = `rt-${randomUUID().slice(0, 8)}`;
+      const store = await openStore({ applicationName });
+      const id = newId();
+      const during = <T>(action: () => Promise<T>) => server().statementsDuring(applicationName, action);
+      const claim = (fingerprint = FINGERPRINT) => store.claim(id, fingerprint, LEASE_MS);
+
+      const first = await during(() => claim());
+      expect(first.value.state).toBe('claimed');
+      expect(first.statements).toStrictEqual([expect.stringContaining(`${prefix}claim(`)]);
+      if (first.value.state !== 'claimed') throw new Error('unreachable');
+      const { ticket } = first.value;
+      const inProgress = await during(() => claim());
+      expect([inProgress.value.state, inProgress.statements.length]).toStrictEqual(['inProgress', 1]);
+      const complete = await during(() => store.complete(ticket, RESULT, RETENTION_MS));
+      expect(complete.statements).toStrictEqual([expect.stringMatching(/^UPDATE /)]);
+      const replay = await during(() => claim());
+      expect([replay.value.state, replay.statements.length]).toStrictEqual(['completed', 1]);
+      const conflict = await during(() => claim(OTHER_FINGERPRINT));
+      expect([conflict.value, conflict.statements.length]).toStrictEqual([
+        { state: 'completed', fingerprint: FINGERPRINT, response: RESULT },
+        1,
+      ]);
+    });
+
+    it('costs the same for a multi-round-trip call, and one statement per renew and release', async () => {
+      const applicationName = `rt-${randomUUID().slice(0, 8)}`;
+      const store = await openStore({ applicationName });
+      const id = newId();
+      const during = <T>(action: () => Promise<T>) => server().statementsDuring(applicationName, action);
+
+      const opening = await during(() => store.claim(id, FINGERPRINT, LEASE_MS));
+      if (opening.value.state !== 'claimed') throw new Error(opening.value.state);
+      const openingTicket = opening.value.ticket;
+      const renewed = await during(() => store.renew(openingTicket, LEASE_MS));
+      const asked = await during(() => store.awaitInput(openingTicket, RESULT, RETENTION_MS));
+      const resumed = await during(() => store.claim(id, FINGERPRINT, LEASE_MS, true));
+      if (resumed.value.state !== 'claimed') throw new Error(resumed.value.state);
+      const resumedTicket = resumed.value.ticket;
+      const released = await during(() => store.release(resumedTicket));
+
+      expect(
+        [opening, renewed, asked, resumed, released].map(({ value, statements }) => [
+          value,
+          statements.length,
+        ]),
+      ).toStrictEqual([
+        [opening.value, 1],
+        [true, 1],
+        [true, 1],
+        [resumed.value, 1],
+        [true, 1],
+      ]);
+    });
+  },
+);
+
+describe.skipIf(!postgres)('a dead holder is seen at once', () => {
+  const HOLDER = join(import.meta.dirname, 'support', 'postgres-holder.ts');
+
+  /** A server process that claims `id` with `leaseMs` and runs on; resolves once it has claimed. */
+  async function holder(
+    id: RecordId,
+    leaseMs: number,
+  ): Promise<{ child: ChildProcess; livenessPid: number }> {
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', HOLDER, server().url, prefix, id.scope, id.idempotencyKey, String(leaseMs)],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    children.push(child);
+    const stdout = child.stdout;
+    if (!stdout) throw new Error('no stdout from the holder');
+    const line = await new Promise<string>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('the holder did not claim within 20 s')), 20_000);
+      createInterface({ input: stdout }).once('line', (text) => {
+        clearTimeout(timer);
+        resolve(text);
+      });
+      child.once('exit', (code) => reject(new Error(`the holder exited with ${code}`)));
+    });
+    const answer: unknown = JSON.parse(line);
+    expect(answer).toMatchObject({ state: 'claimed', pid: expect.any(Number) });
+    const livenessPid =
+      typeof answer === 'object' && answer !== null ? Reflect.get(answer, 'pid') : undefined;
+    if (typeof livenessPid !== 'number') throw new Error(line);
+    return { child, livenessPid };
+  }
+
+  it('lets a claim take the key of a process killed mid-call within 1 s, though its lease had 120 s to run', async () => {
+    const store = await openStore();
+    const id = newId();
+    const { child, livenessPid } = await holder(id, LEASE_MS);
+    expect(await rowOf(id)).toMatchObject({ state: 'inProgress', holder_pid: livenessPid });
+    expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toMatchObject({ state: 'inProgress' });
+
+    const killed = performance.now();
+    child.kill('SIGKILL');
+    let claimedAfterMs = Number.POSITIVE_INFINITY;
+    await waitUntil(
+      async () => {
+        const claim = await store.claim(id, FINGERPRINT, LEASE_MS);
+        if (claim.state === 'claimed') claimedAfterMs = performance.now() - killed;
+        return claim.state === 'claimed';
+      },
+      5_000,
+      10,
+    );
+
+    console.log(
+      `dead-holder takeover: claimed ${claimedAfterMs.toFixed(0)} ms after SIGKILL (lease 120 000 ms)`,
+    );
+    expect(claimedAfterMs).toBeLessThan(1_000);
+  });
+
+  it('still answers inProgress for a live holder whose short lease has not run out', async () => {
+    const store = await openStore();
+    const id = newId();
+    await holder(id, 10_000);
+
+    // Past the time a dead holder's key takes to come free, the live one's is still held.
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+
+    expect(await store.claim(id, OTHER_FINGERPRINT, LEASE_MS)).toStrictEqual({
+      state: 'inProgress',
+      fingerprint: 'fingerprint-of-the-holder',
+    });
+  });
+
+  it('frees the claims of a store that closed (its sessions ended) for the next claim', async () => {
+    const [leaving, staying] = await Promise.all([openStore(), openStore()]);
+    const id = newId();
+    await claimTicket(leaving, id);
+
+    await leaving.close();
+
+    await waitUntil(
+      async () => (await staying.claim(id, FINGERPRINT, LEASE_MS)).state === 'claimed',
+      1_000,
+      10,
+    );
+  });
+
+  it('keeps the claims of a live store whose liveness session broke: it reconnects and re-stamps them', async () => {
+    const [holding, other] = await Promise.all([openStore(), openStore()]);
+    const id = newId();
+    await claimTicket(holding, id);
+    const before = holding.livenessSession?.pid;
+
+    await server().admin.query('SELECT pg_terminate_backend($1)', [before]);
+    await waitUntil(
+      async () => holding.livenessSession !== undefined && holding.livenessSession.pid !== before,
+    );
+    await waitUntil(async () => (await rowOf(id))?.holder_pid === holding.livenessSession?.pid);
+
+    expect(await other.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
+      state: 'inProgress',
+      fingerprint: FINGERPRINT,
+    });
+  });
+});
+
+describe.skipIf(!postgres)('kept across restarts', () => {
+  it('replays a completed record after the store is closed and opened again', async () => {
+    const id = newId();
+    const first = await openStore();
+    await first.complete(await claimTicket(first, id), RESULT, RETENTION_MS);
+    await first.close();
+
+    const reopened = await openStore();
+
+    expect(await reopened.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
+      state: 'completed',
+      fingerprint: FINGERPRINT,
+      response: RESULT,
+    });
+  });
+
+  it.skipIf(needsOwnServer)(
+    'replays a completed record after Postgres itself is shut down and started again',
+    async () => {
+      const id = newId();
+      const store = await openStore();
+      await store.complete(await claimTicket(store, id), RESULT, RETENTION_MS);
+      await store.close();
+
+      await server().shutdown();
+      await server().restart();
+
+      const reopened = await openStore();
+      expect(await reopened.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
+        state: 'completed',
+        fingerprint: FINGERPRINT,
+        response: RESULT,
+      });
+    },
+  );
+});
+
+describe.skipIf(!postgres)(
+  'fail closed: an unreachable Postgres never means executing without a record',
+  () => {
+    it.skipIf(needsOwnServer)(
+      'rejects claim and complete with StoreUnavailableError within 2 s while Postgres is down, and recovers by itself',
+      async () => {
+        const store = await openStore();
+        const ticket = await claimTicket(store, newId());
+        await server().kill();
+        try {
+          await expectUnavailableWithin(2_000, () => store.claim(newId(), FINGERPRINT, LEASE_MS));
+          await expectUnavailableWithin(2_000, () => store.complete(ticket, RESULT, RETENTION_MS));
+          await expectUnavailableWithin(2_000, () => store.renew(ticket, LEASE_MS));
+        } finally {
+          await server().restart();
+        }
+
+        // The same instance, no reconnect call: the pool and the liveness connection heal by themselves.
+        await waitUntil(
+          async () =>
+            (await store.claim(newId(), FINGERPRINT, LEASE_MS).catch(() => undefined)) !== undefined,
+        );
+        expect((await store.claim(newId(), FINGERPRINT, LEASE_MS)).state).toBe('claimed');
+      },
+    );
+
+    it.skipIf(needsOwnServer)(
+      'rejects a claim with StoreUnavailableError within 2 s when Postgres hangs, and recovers when it answers again',
+      async () => {
+        const store = await openStore({ statementTimeoutMs: 500 });
+        const id = newId();
+        server().freeze();
+        try {
+          await expectUnavailableWithin(2_000, () => store.claim(id, FINGERPRINT, LEASE_MS));
+        } finally {
+          server().thaw();
+        }
+
+        // The timed-out claim may have run once Postgres woke: then the key is held, never free twice.
+        await waitUntil(
+          async () =>
+            (await store.claim(newId(), FINGERPRINT, LEASE_MS).catch(() => undefined)) !== undefined,
+        );
+        expect(['claimed', 'inProgress']).toContain((await store.claim(id, FINGERPRINT, LEASE_MS)).state);
+      },
+    );
+
+    it.skipIf(needsOwnServer)(
+      'refuses to connect, within the connect timeout, to a Postgres that is down',
+      async () => {
+        await server().kill();
+        try {
+          await expectUnavailableWithin(2_000, () =>
+            PostgresIdempotencyStore.connect(server().url, { tablePrefix: prefix, connectTimeoutMs: 500 }),
+          );
+        } finally {
+          await server().restart();
+        }
+      },
+    );
+
+    it('treats a record holding something it cannot read as unavailable, never as free', async () => {
+      const store = await openStore();
+      const id = newId();
+      await server().admin.query(
+        `INSERT INTO ${records} (scope, idempotency_key, state, fingerprint, response, expires_at)
+         VALUES ($1, $2, 'completed', $3, 'written by something else', now() + interval '1 hour')`,
+        [id.scope, id.idempotencyKey, FINGERPRINT],
+      );
+
+      await expect(store.claim(id, FINGERPRINT, LEASE_MS)).rejects.toBeInstanceOf(StoreUnavailableError);
+      expect(await rowOf(id)).toMatchObject({ state: 'completed' });
+    });
+  },
+);
+
+async function expectUnavailableWithin(ms: number, action: () => Promise<unknown>): Promise<void> {
+  const started = performance.now();
+  await expect(action()).rejects.toBeInstanceOf(StoreUnavailableError);
+  expect(performance.now() - started).toBeLessThan(ms);
+}
