@@ -37,6 +37,7 @@ import {
   principalScope,
   providerKey,
 } from './idempotency/index.js';
+import { PostgresIdempotencyStore } from './idempotency/postgres-store.js';
 import {
   closeRedis,
   connectRedis,
@@ -48,6 +49,7 @@ import {
   DEFAULT_PROVIDER_TIMEOUT_MS,
   type Ledger,
   MemoryLedger,
+  PostgresLedger,
   ProviderLedger,
   RedisLedger,
 } from './ledger.js';
@@ -323,11 +325,18 @@ export function createDemoServer(options: DemoServerOptions): McpServer {
 
 // --- Command line ---
 
+const STORE_KINDS = ['memory', 'redis', 'postgres'] as const;
+type StoreKind = (typeof STORE_KINDS)[number];
+
 export interface ServerConfig {
   transport: 'stdio' | 'http';
   host: string;
   port: number;
-  store: 'memory' | 'redis';
+  store: StoreKind;
+  /** Where the balance lives: the store's own kind by default, or in this process. */
+  ledger: StoreKind;
+  postgresUrl: string | undefined;
+  postgresPrefix: string;
   redisUrl: string;
   /** Seed nodes of a Redis Cluster: when set, the store and the ledger use it, not `redisUrl`. */
   redisCluster: string[] | undefined;
@@ -350,7 +359,11 @@ const USAGE = `Usage: tsx server.ts [options]
   --http                    serve stateless Streamable HTTP at /mcp instead of stdio
   --host H                  HTTP host (default 127.0.0.1)
   --port N                  HTTP port (default 3000; 0 picks a free one)
-  --store memory|redis      where idempotency records live (default memory)
+  --store memory|redis|postgres  where idempotency records live (default memory)
+  --ledger memory|redis|postgres  where the balance lives (default: beside the records). With
+                            postgres, each keyed charge commits in its record's transaction
+  --postgres-url URL        default $DATABASE_URL (needs --store postgres)
+  --postgres-prefix P       prefix of every table this server creates (default sep3182_)
   --redis-url URL           default $REDIS_URL, else redis://127.0.0.1:6379
   --redis-cluster URL,URL…  a Redis Cluster instead: some of its nodes' URLs (needs --store redis)
   --redis-prefix P          prefix of every Redis key this server writes (default sep3182:)
@@ -387,6 +400,9 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
       'redis-url': { type: 'string', default: env.REDIS_URL ?? 'redis://127.0.0.1:6379' },
       'redis-cluster': { type: 'string' },
       'redis-prefix': { type: 'string', default: 'sep3182:' },
+      ledger: { type: 'string' },
+      'postgres-url': { type: 'string' },
+      'postgres-prefix': { type: 'string', default: 'sep3182_' },
       'provider-url': { type: 'string' },
       'provider-keys': { type: 'string', default: 'derived' },
       'provider-timeout-ms': { type: 'string', default: String(DEFAULT_PROVIDER_TIMEOUT_MS) },
@@ -399,9 +415,17 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
       'log-flush-ms': { type: 'string', default: String(DEFAULT_LOG_FLUSH_MS) },
     },
   });
-  const store = values.store;
-  if (store !== 'memory' && store !== 'redis')
-    throw new Error(`--store must be memory or redis, got "${store}"`);
+  const store = storeKind('--store', values.store);
+  const ledger = storeKind('--ledger', values.ledger ?? store);
+  // The balance beside the records, or in this process; a ledger in one store and records in
+  // another would share nothing a transaction could span.
+  if (ledger !== store && ledger !== 'memory')
+    throw new Error(`--ledger ${ledger} needs --store ${ledger} (the balance lives beside the records)`);
+  const postgresUrl = values['postgres-url'] ?? env.DATABASE_URL;
+  if (store === 'postgres' && !postgresUrl)
+    throw new Error('--store postgres needs --postgres-url or $DATABASE_URL');
+  if (values['postgres-url'] !== undefined && store !== 'postgres')
+    throw new Error('--postgres-url needs --store postgres');
   const redisCluster = values['redis-cluster']?.split(',');
   if (redisCluster && store !== 'redis') throw new Error('--redis-cluster needs --store redis');
   if (redisCluster?.some((url) => url === ''))
@@ -411,6 +435,8 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
   if (providerKeys !== 'derived' && providerKeys !== 'none')
     throw new Error(`--provider-keys must be derived or none, got "${providerKeys}"`);
   const chargeLatencyMs = integerOption('--charge-latency-ms', values['charge-latency-ms'], 0);
+  if (providerUrl && values.ledger !== undefined)
+    throw new Error('--provider-url is the ledger: give --ledger or --provider-url, not both');
   if (providerUrl && chargeLatencyMs > 0)
     throw new Error("--charge-latency-ms is the in-process ledger's; give the provider its own --latency-ms");
   return {
@@ -421,6 +447,9 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
     redisUrl: values['redis-url'],
     redisCluster,
     redisPrefix: values['redis-prefix'],
+    ledger,
+    postgresUrl,
+    postgresPrefix: values['postgres-prefix'],
     providerUrl,
     providerKeys,
     providerTimeoutMs: integerOption('--provider-timeout-ms', values['provider-timeout-ms'], 1),
@@ -432,6 +461,12 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
     leaseMs: integerOption('--in-progress-lease-ms', values['in-progress-lease-ms'], 1),
     logFlushMs: integerOption('--log-flush-ms', values['log-flush-ms'], 0),
   };
+}
+
+function storeKind(name: string, raw: string): StoreKind {
+  const kind = STORE_KINDS.find((k) => k === raw);
+  if (!kind) throw new Error(`${name} must be ${STORE_KINDS.join(', ')}, got "${raw}"`);
+  return kind;
 }
 
 function httpUrl(raw: string): URL {
@@ -450,8 +485,9 @@ function integerOption(name: string, raw: string, min: number): number {
 }
 
 /**
- * The dedup store and the ledger: both in this process, or both shared in Redis; or the ledger
- * is a payment provider over HTTP, which every instance shares by itself.
+ * The dedup store and the ledger: both in this process, or both shared in Redis or in Postgres
+ * (or the ledger in this process, whatever the store); or the ledger is a payment provider over
+ * HTTP, which every instance shares by itself.
  */
 async function openBackends(
   config: ServerConfig,
@@ -463,6 +499,7 @@ async function openBackends(
       timeoutMs: config.providerTimeoutMs,
       onRetry: (retry) => log({ time: new Date().toISOString(), event: 'provider', retry: true, ...retry }),
     });
+  const inProcess = config.ledger === 'memory' ? new MemoryLedger(config.chargeLatencyMs) : undefined;
   if (config.store === 'memory') {
     return {
       store: new MemoryIdempotencyStore({
@@ -472,6 +509,22 @@ async function openBackends(
       }),
       ledger: provider ?? new MemoryLedger(config.chargeLatencyMs),
       close: async () => {},
+    };
+  }
+  if (config.store === 'postgres') {
+    const store = await PostgresIdempotencyStore.connect(config.postgresUrl ?? '', {
+      tablePrefix: `${config.postgresPrefix}idem_`,
+      maxRecordsPerScope: config.maxRecordsPerCaller,
+      maxBytesPerScope: config.maxBytesPerCaller,
+      onError: (error) => log({ event: 'postgres', error: String(error) }),
+    });
+    return {
+      store,
+      ledger:
+        provider ??
+        inProcess ??
+        (await PostgresLedger.open(store.pool, `${config.postgresPrefix}ledger_`, config.chargeLatencyMs)),
+      close: () => store.close(),
     };
   }
   const onError = (error: unknown) => log({ event: 'redis', error: String(error) });
@@ -485,7 +538,9 @@ async function openBackends(
       maxBytesPerScope: config.maxBytesPerCaller,
     }),
     ledger:
-      provider || new RedisLedger(client, config.chargeLatencyMs, `${config.redisPrefix}ledger:balance`),
+      provider ??
+      inProcess ??
+      new RedisLedger(client, config.chargeLatencyMs, `${config.redisPrefix}ledger:balance`),
     close: () => closeRedis(client),
   };
 }
@@ -522,7 +577,15 @@ async function main(): Promise<void> {
     onDecision: logDecision,
   };
   // Redis URLs may carry a password; host and port mean nothing over stdio (HTTP logs its url).
-  const { redisUrl: _url, redisCluster: _seeds, host: _host, port: _port, providerUrl, ...rest } = config;
+  const {
+    redisUrl: _url,
+    redisCluster: _seeds,
+    postgresUrl: _postgres,
+    host: _host,
+    port: _port,
+    providerUrl,
+    ...rest
+  } = config;
   const shown = { ...rest, provider: providerUrl?.origin ?? 'in-process' };
   const closers: Array<() => Promise<void>> = [];
   let stopping: Promise<void> | undefined;

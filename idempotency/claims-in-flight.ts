@@ -14,7 +14,13 @@ export class ClaimsInFlight implements IdempotencyStore {
   private open = 0;
   private readonly waiting = new Set<() => void>();
 
-  constructor(private readonly store: IdempotencyStore) {}
+  /** The store's transactions, when it has them: a claim settled in one closes as any other. */
+  readonly begin?: (ticket: ClaimTicket) => Promise<unknown>;
+
+  constructor(private readonly store: IdempotencyStore) {
+    const { begin } = store;
+    if (begin) this.begin = (ticket) => begin.call(store, ticket);
+  }
 
   async claim(
     id: RecordId,

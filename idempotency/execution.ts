@@ -26,6 +26,7 @@ export class ToolExecution {
   private unknownOutcome: string | undefined;
   /** The random part of an unkeyed execution's provider keys, minted on first use. */
   private seed: string | undefined;
+  private begun: Promise<unknown> | undefined;
 
   constructor(
     /** The caller's authorization boundary, as the record is kept under it. */
@@ -34,7 +35,27 @@ export class ToolExecution {
     readonly tool: string,
     /** The client's key; undefined when the call carried none. */
     readonly idempotencyKey?: string,
+    /** Begins the store's transaction for this call's record, when the store has them. */
+    private readonly begin?: () => Promise<unknown>,
   ) {}
+
+  /**
+   * The transaction this call's response will be recorded in, begun on first use: what the tool
+   * writes through so that its writes and the record commit together, or neither (a crash at any
+   * point leaves both undone, and the retry executes once). Undefined when the call carries no
+   * key or the store keeps its records elsewhere: then the tool writes as it would unguarded.
+   * The store says what the handle is (the Postgres store: a `pg` client inside `BEGIN`).
+   */
+  transaction(): Promise<unknown> | undefined {
+    if (!this.begin) return undefined;
+    this.begun ??= this.begin();
+    return this.begun;
+  }
+
+  /** Whether the tool asked for the transaction, so its writes stand or fall with the record. */
+  get inTransaction(): boolean {
+    return this.begun !== undefined;
+  }
 
   /**
    * The provider's idempotency key for `operation` (one name per distinct provider call the

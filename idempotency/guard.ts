@@ -219,20 +219,30 @@ async function guardToolCall(
   // The dispatch runs to its end even when the SDK has aborted the request (a client that hung
   // up, a stdio input that ended): its answer is recorded so the retry replays it. While it
   // runs, the lease is renewed: a live call never loses its claim, however long it takes.
-  // The tool runs in an execution context that names this record, for its provider's key.
-  const lease = new LeaseRenewal(settings.store, claim.ticket, settings.leaseMs);
-  const execution = new ToolExecution(id.scope, tool, idempotencyKey);
+  const { store } = settings;
+  const { ticket } = claim;
+  const lease = new LeaseRenewal(store, ticket, settings.leaseMs);
+  // The tool runs in an execution context naming this record: its provider's key, and the
+  // store's transaction, should the tool write where the record lives.
+  const { begin } = store;
+  const execution = new ToolExecution(
+    id.scope,
+    tool,
+    idempotencyKey,
+    begin && (() => begin.call(store, ticket)),
+  );
   const outcome = await settle(() => runExecution(execution, dispatch));
   lease.stop();
   const settlement = settlementOf(outcome, continuation, execution);
+  let recorded = false;
   try {
-    const { store, retentionMs, awaitingInputRetentionMs } = settings;
-    const recorded =
+    const { retentionMs, awaitingInputRetentionMs } = settings;
+    recorded =
       settlement === 'executed'
-        ? await store.complete(claim.ticket, outcome.stored, retentionMs)
+        ? await store.complete(ticket, outcome.stored, retentionMs)
         : settlement === 'awaitingInput'
-          ? await store.awaitInput(claim.ticket, outcome.stored, awaitingInputRetentionMs)
-          : await store.release(claim.ticket);
+          ? await store.awaitInput(ticket, outcome.stored, awaitingInputRetentionMs)
+          : await store.release(ticket);
     if (settlement === 'outcomeUnknown')
       log.decide('unrecorded', id, Messages.outcomeUnknown(execution.outcomeUnknown));
     // Not recorded: the claim lost its key while the call ran (its renewals failed until the
@@ -243,6 +253,13 @@ async function guardToolCall(
     // The caller still gets its answer; only a retry of a lost answer could execute again,
     // once the lease expires. That is the at-least-once window the SEP leaves to servers.
     log.decide('unrecorded', id, String(error));
+  }
+  // The tool wrote in the record's transaction: unrecorded, its writes were rolled back with it
+  // (or, if the commit's answer was lost, committed with it). Its answer would be a lie either way;
+  // the retry with the same key replays or executes, once.
+  if (execution.inTransaction && !recorded && settlement !== 'continuationRefused') {
+    await store.release(ticket).catch(() => {});
+    throw idempotencyError(IdempotencyErrorType.storeUnavailable, Messages.rolledBack, idempotencyKey);
   }
   if (outcome.threw) throw outcome.error;
   return outcome.result;

@@ -38,12 +38,29 @@
 //     `pg_read_all_stats`: every store instance must connect as the same role (or be granted it),
 //     or each would see the others' claims as dead.
 //
+// --- The tool's writes and the record, in one transaction ---
+// A tool that writes to the same database (`--ledger postgres` in the demo) may ask for the call's
+// transaction (`postgresTransaction()`, through the guard's execution context): the store begins it
+// on a pooled connection (BEGIN, READ COMMITTED), the tool writes through it, and `complete`
+// records the response in it and commits: the side effect and its record are durable together, or
+// neither is. A crash at any point rolls the transaction back (Postgres ends a dead client's
+// session), and the claim's holder is dead, so the retry takes the key over at once and executes
+// once. READ COMMITTED is enough, and the strictest level that never refuses a commit: the tool's
+// writes are single-statement read-modify-writes (`balance = balance + $1`), which the row lock
+// serializes, and the record's UPDATE re-checks its claim's token against the latest committed row,
+// so a claim that lost its key matches nothing and the whole transaction is rolled back. SERIALIZABLE
+// would add serialization failures to retry, for anomalies these statements cannot have. Only a
+// tool that asks holds a transaction open; a tool that calls a foreign system (a payment provider)
+// must not ask, since a transaction cannot undo that call (Brandur Leach: commit before any foreign
+// call); it gets the provider's idempotency key instead (`providerKey`).
+//
 // --- Schema ---
 // One table, plain SQL below (`migrationOf`), applied by `migratePostgresStore` (by `connect` unless
 // told not to), every name under a configurable prefix so tests and tenants do not collide.
 
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
+import { currentExecution } from './execution.js';
 import type { Fingerprint } from './fingerprint.js';
 import {
   type Claim,
@@ -353,6 +370,9 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     this.sql = statementsOf(this.tablePrefix);
   }
 
+  /** Claims whose tool asked for a transaction, by claim token: the connection it is open on. */
+  private readonly transactions = new Map<string, pg.PoolClient>();
+
   /** The session that holds this store's claims now, if connected: what `pg_stat_activity` shows. */
   get livenessSession(): Readonly<Holder> | undefined {
     return this.holder;
@@ -407,8 +427,30 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     return this.settle(ticket, 'awaitingInput', response, retentionMs);
   }
 
+  /** Begins the claim's transaction (see the file header), once; the tool writes through it. */
+  async begin(ticket: ClaimTicket): Promise<pg.PoolClient> {
+    const open = this.transactions.get(ticket.token);
+    if (open) return open;
+    let client: pg.PoolClient;
+    try {
+      // The pool's connectionTimeoutMillis bounds the wait for a connection.
+      client = await this.pool.connect();
+    } catch (error) {
+      throw new StoreUnavailableError(error);
+    }
+    try {
+      await this.bounded(client.query('BEGIN ISOLATION LEVEL READ COMMITTED'));
+    } catch (error) {
+      client.release(true);
+      throw new StoreUnavailableError(error);
+    }
+    this.transactions.set(ticket.token, client);
+    return client;
+  }
+
   async release(ticket: ClaimTicket): Promise<boolean> {
     this.held.delete(ticket.token);
+    await this.rollback(ticket);
     try {
       const row = await this.one(this.sql.release, [ticket.scope, ticket.idempotencyKey, ticket.token]);
       return row?.released === true;
@@ -484,21 +526,58 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     const retention = milliseconds(retentionMs);
     const json = JSON.stringify(response);
     this.held.delete(ticket.token);
+    const values = [ticket.scope, ticket.idempotencyKey, ticket.token, state, json, json.length, retention];
+    const tx = this.transactions.get(ticket.token);
+    if (tx) {
+      this.transactions.delete(ticket.token);
+      const settled = await this.settleIn(tx, values);
+      if (settled !== 'aborted') return settled;
+      // A statement of the tool's failed, so its transaction could only roll back: nothing it
+      // wrote stands, and its answer (which says so, or should) is recorded on its own.
+    }
     try {
-      const result = await this.bounded(
-        this.pool.query(this.sql.settle, [
-          ticket.scope,
-          ticket.idempotencyKey,
-          ticket.token,
-          state,
-          json,
-          json.length,
-          retention,
-        ]),
-      );
+      const result = await this.bounded(this.pool.query(this.sql.settle, values));
       return result.rowCount === 1;
     } catch (error) {
       throw new StoreUnavailableError(error);
+    }
+  }
+
+  /**
+   * Records the response in the tool's transaction and commits both; rolls both back if the claim
+   * lost its key meanwhile. 'aborted' when a statement of the tool's had already failed it.
+   */
+  private async settleIn(tx: pg.PoolClient, values: unknown[]): Promise<boolean | 'aborted'> {
+    try {
+      const result = await this.bounded(tx.query(this.sql.settle, values));
+      await this.bounded(tx.query(result.rowCount === 1 ? 'COMMIT' : 'ROLLBACK'));
+      tx.release();
+      return result.rowCount === 1;
+    } catch (error) {
+      if (error instanceof pg.DatabaseError && error.code === IN_FAILED_SQL_TRANSACTION) {
+        await this.bounded(tx.query('ROLLBACK'))
+          .then(() => tx.release())
+          .catch(() => tx.release(true));
+        return 'aborted';
+      }
+      // Whether COMMIT took is unknown: the connection is in no state to reuse. Both committed,
+      // or neither did; the caller is told to retry, which replays or executes once.
+      tx.release(true);
+      throw new StoreUnavailableError(error);
+    }
+  }
+
+  /** Rolls back the claim's transaction, if its tool began one: nothing it wrote stands. */
+  private async rollback(ticket: ClaimTicket): Promise<void> {
+    const tx = this.transactions.get(ticket.token);
+    if (!tx) return;
+    this.transactions.delete(ticket.token);
+    try {
+      await this.bounded(tx.query('ROLLBACK'));
+      tx.release();
+    } catch {
+      // A connection that cannot roll back is destroyed, and Postgres rolls back for it.
+      tx.release(true);
     }
   }
 
@@ -585,6 +664,19 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   private bounded<T>(query: Promise<T>): Promise<T> {
     return withDeadline(query, this.statementTimeoutMs);
   }
+}
+
+/** SQLSTATE 25P02: a statement in the transaction failed, and every later one is refused. */
+const IN_FAILED_SQL_TRANSACTION = '25P02';
+
+/**
+ * The transaction of the running tool call's record, for a tool that writes to the database the
+ * Postgres store keeps its records in: write through it, and the writes commit with the record, or
+ * neither. Undefined outside a keyed call guarded with a Postgres store: write as usual then.
+ */
+export async function postgresTransaction(): Promise<pg.ClientBase | undefined> {
+  const tx = await currentExecution()?.transaction();
+  return tx instanceof pg.Client ? tx : undefined;
 }
 
 /** A row as a statement answers it: every column's value still to be checked. */

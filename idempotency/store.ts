@@ -93,6 +93,14 @@ export interface IdempotencyStore {
   renew(ticket: ClaimTicket, leaseMs: number): Promise<boolean>;
   /** Forget every record (the demo's reset_ledger). */
   clear(): Promise<void>;
+  /**
+   * Optional, for a store whose records live where a tool can write too (a database): begins a
+   * transaction for the claim and returns what the tool writes through. The claim's `complete` or
+   * `awaitInput` then records the response in that transaction and commits it, the tool's writes
+   * with it, or neither; `release` rolls it back. The guard calls it only when the running tool
+   * asks (`ToolExecution.transaction`), so a tool that calls a foreign system holds no transaction.
+   */
+  begin?(ticket: ClaimTicket): Promise<unknown>;
 }
 
 /**
