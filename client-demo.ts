@@ -23,7 +23,12 @@ import {
   IdempotentClient,
   type KeyedToolCall,
 } from './idempotency/client.js';
-import { IdempotencyErrorType, INVALID_PARAMS, idempotencyErrorOf } from './idempotency/index.js';
+import {
+  DEFAULT_LEASE_MS,
+  IdempotencyErrorType,
+  INVALID_PARAMS,
+  idempotencyErrorOf,
+} from './idempotency/index.js';
 import {
   balanceOf,
   connectHttpClient,
@@ -34,6 +39,7 @@ import {
   type ServerConnection,
   startHttpInstance,
 } from './launch.js';
+import { startPostgres } from './test/support/postgres.js';
 import {
   type Commit,
   PROVIDER_IMPLEMENTATIONS,
@@ -935,6 +941,86 @@ async function runProviderScenarios(): Promise<void> {
   }
 }
 
+// --- Postgres: the records in the database the tool writes ---
+//
+// Two stateless HTTP instances on one Postgres, the balance a table beside the records. A keyed
+// charge writes through its record's transaction, so the charge and its record commit together
+// or not at all; and a claim names the database session of the instance holding it, so when that
+// instance dies its key is free at once, not after the two-minute lease.
+
+const DEMO_POSTGRES_PREFIX = 'sep3182_demo_';
+
+async function postgresScenarios(postgresUrl: string): Promise<void> {
+  const s = '16 Postgres';
+  heading(
+    'Scenario 16: two instances on one Postgres; A killed mid-charge',
+    `The balance is a table in the same database; a keyed charge commits with its record. Default lease (${DEFAULT_LEASE_MS / 1000} s). Each charge takes ${SLOW_CHARGE_MS} ms between its write and its commit.`,
+  );
+  const args = [
+    '--store',
+    'postgres',
+    '--postgres-url',
+    postgresUrl,
+    '--postgres-prefix',
+    DEMO_POSTGRES_PREFIX,
+  ];
+  const [a, b] = await Promise.all([
+    startHttpInstance([...args, '--charge-latency-ms', String(SLOW_CHARGE_MS)]),
+    startHttpInstance([...args, '--charge-latency-ms', String(SLOW_CHARGE_MS)]),
+  ]);
+  const [viaA, viaB] = await Promise.all([connectHttpClient(a.url), connectHttpClient(b.url)]);
+  try {
+    await resetLedger(viaA);
+    const replayed = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: randomUUID() };
+    const first = await callTool(viaA, replayed);
+    const retry = await callTool(viaB, replayed);
+    say(`  on A: "${textOf(first)}"; the same key on B: "${textOf(retry)}"`);
+    expect(s, "a retry on B replays A's record", isDeepStrictEqual(first, retry), textOf(retry));
+
+    await resetLedger(viaA);
+    const killed = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: randomUUID() };
+    const lost = errorFrom(callTool(viaA, killed));
+    await sleep(SLOW_CHARGE_MS / 2); // A has written the charge, and not committed it
+    await a.kill();
+    await lost;
+    const killedAt = performance.now();
+    const answer = await callTool(viaB, killed);
+    const waited = Math.round(performance.now() - killedAt - SLOW_CHARGE_MS);
+    say(
+      `  A SIGKILLed mid-charge; the retry on B: "${textOf(answer)}", after ${waited} ms beyond its own charge`,
+    );
+    expect(
+      s,
+      "B took the dead holder's key at once (not after the lease) and executed",
+      textOf(answer) === 'Charged 100. New balance: 100' && waited < 1_000,
+      `${waited} ms`,
+    );
+    const balance = await balanceOf(viaB);
+    expect(
+      s,
+      "the ledger shows one charge: A's write was rolled back with its record",
+      balance === 100,
+      `balance ${balance}`,
+    );
+  } finally {
+    await Promise.allSettled([viaA.close(), viaB.close()]);
+    await Promise.allSettled([a.stop(), b.stop()]);
+  }
+}
+
+/** Scenario 16 needs Postgres: a private cluster when its server binaries are installed, else DATABASE_URL. */
+async function runPostgresScenarios(): Promise<boolean> {
+  const postgres = await startPostgres().catch(() => undefined);
+  if (!postgres) return false;
+  try {
+    await postgresScenarios(postgres.url);
+  } finally {
+    await postgres.drop(DEMO_POSTGRES_PREFIX);
+    await postgres.stop();
+  }
+  return true;
+}
+
 async function main(): Promise<void> {
   const scaleOnly = process.argv.includes('--scale');
   say('SEP-3182 request idempotency: the TypeScript demo, on the 2026-07-28 protocol');
@@ -954,6 +1040,12 @@ async function main(): Promise<void> {
   if (!scaleOnly) await refundAsksFirst();
   if (!scaleOnly) await clientOwnsItsRetries();
   if (!scaleOnly) await runProviderScenarios();
+  if (!(await runPostgresScenarios())) {
+    say();
+    say(
+      '== Scenario 16 (Postgres) skipped: no PostgreSQL server binaries are installed and DATABASE_URL is unset. `apt-get install postgresql` enables it.',
+    );
+  }
   printTable();
   process.exitCode = expectations.every((e) => e.passed) && expectations.length > 0 ? 0 : 1;
 }
