@@ -9,7 +9,6 @@
 // be told from a re-execution, and the checks that rest on that say so instead of guessing.
 
 import { randomUUID } from 'node:crypto';
-import { IdempotencyErrorType } from '../idempotency/errors.js';
 import { type Answer, isObject, type Peer } from './wire.js';
 
 export type Severity = 'failure' | 'warning' | 'note';
@@ -143,8 +142,20 @@ function errorData(call: Call): { type?: unknown; idempotencyKey?: unknown } {
   return isObject(data) ? data : {};
 }
 
-const isIdempotencyError = (call: Call) =>
-  Object.values(IdempotencyErrorType).some((type) => type === errorData(call).type);
+/**
+ * The SEP's two error types, written here from its text (the checker shares no code with any
+ * server), and any other refusal a server names the same way (`idempotency_…`: a bad key, a full
+ * store), which a check that expects a replay or an execution must not take for either.
+ */
+const SEP_ERROR = {
+  inProgress: 'idempotency_key_in_progress',
+  conflict: 'idempotency_key_conflict',
+} as const;
+
+const isIdempotencyError = (call: Call) => {
+  const { type } = errorData(call);
+  return typeof type === 'string' && type.startsWith('idempotency_');
+};
 
 /** Refused by HTTP auth: a 401 or 403 with no JSON-RPC answer in it. */
 const httpRefusal = (call: Call) =>
@@ -419,7 +430,7 @@ export const RULES: readonly Rule[] = [
         const { type, idempotencyKey } = errorData(duplicate);
         const immediate = duplicate.answer.at < original.answer.at;
         const observed = `the duplicate got ${describe(duplicate)}${immediate ? '' : ' after the original'}`;
-        const holds = immediate && type === IdempotencyErrorType.inProgress && idempotencyKey === key;
+        const holds = immediate && type === SEP_ERROR.inProgress && idempotencyKey === key;
         return holds ? pass(observed) : fail(observed);
       }),
     },
@@ -498,7 +509,7 @@ export const RULES: readonly Rule[] = [
           return pairs.length ? nc('there was no rejection to inspect') : na('no conflict to provoke');
         const wrong = rejected.filter(({ key, second }) => {
           const { type, idempotencyKey } = errorData(second);
-          return type !== IdempotencyErrorType.conflict || idempotencyKey !== key;
+          return type !== SEP_ERROR.conflict || idempotencyKey !== key;
         });
         const shown = [...new Set((wrong.length ? wrong : rejected).map((p) => describe(p.second)))];
         const observed = shown.join('; ');
@@ -630,7 +641,7 @@ export const RULES: readonly Rule[] = [
         const { first, second } = await otherCaller(run);
         const { type } = errorData(second);
         if (first.kind === 'error') return nc(`the first caller's call failed: ${describe(first)}`);
-        if (type === IdempotencyErrorType.conflict || type === IdempotencyErrorType.inProgress) {
+        if (type === SEP_ERROR.conflict || type === SEP_ERROR.inProgress) {
           return fail(`matched against the first caller's record: ${describe(second)}`);
         }
         if (second.kind === 'error') return nc(`the other caller's call failed: ${describe(second)}`);

@@ -6,11 +6,16 @@
 
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
-import { LEGACY_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSION } from '../idempotency/client.js';
-import { MODERN_ENVELOPE } from '../launch.js';
+
+// The checker's own copies of the protocol's constants, written from the specification: it shares
+// no code with the server it checks, so a mistake there cannot hide a mistake here.
+
+/** The stateless revision the SEP is written for: `server/discover`, an envelope on every request. */
+export const MODERN_PROTOCOL_VERSION = '2026-07-28';
+/** The revision before it: initialize, then calls. */
+export const LEGACY_PROTOCOL_VERSION = '2025-11-25';
 
 export type Era = typeof MODERN_PROTOCOL_VERSION | typeof LEGACY_PROTOCOL_VERSION;
-export { LEGACY_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSION };
 
 export type Target =
   | { kind: 'stdio'; command: string; args: string[] }
@@ -43,6 +48,13 @@ export interface ConnectOptions {
 }
 
 const CLIENT_INFO = { name: 'sep-3182-checker', version: '0.1.0' };
+
+/** The per-request envelope every 2026-07-28 request carries in `params._meta`. */
+const MODERN_ENVELOPE = {
+  'io.modelcontextprotocol/protocolVersion': MODERN_PROTOCOL_VERSION,
+  'io.modelcontextprotocol/clientInfo': CLIENT_INFO,
+  'io.modelcontextprotocol/clientCapabilities': {},
+};
 
 /** The 2026-07-28 envelope goes first in params; the checker's own bytes follow untouched. */
 function withEnvelope(paramsText: string): string {
