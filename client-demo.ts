@@ -15,6 +15,12 @@ import { Client as V1Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport as V1StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { CallToolResultSchema as V1CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import {
+  DEFAULT_LEASE_MS,
+  IdempotencyErrorType,
+  INVALID_PARAMS,
+  idempotencyErrorOf,
+} from 'mcp-request-idempotency';
+import {
   type Attempt,
   advertisesIdempotency,
   callTool,
@@ -22,13 +28,7 @@ import {
   discoverCapabilities,
   IdempotentClient,
   type KeyedToolCall,
-} from './idempotency/client.js';
-import {
-  DEFAULT_LEASE_MS,
-  IdempotencyErrorType,
-  INVALID_PARAMS,
-  idempotencyErrorOf,
-} from './idempotency/index.js';
+} from 'mcp-request-idempotency/client';
 import {
   balanceOf,
   connectHttpClient,

@@ -26,7 +26,7 @@ import {
   discoverCapabilities,
   LEGACY_PROTOCOL_VERSION,
   MODERN_PROTOCOL_VERSION,
-} from './idempotency/client.js';
+} from 'mcp-request-idempotency/client';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 

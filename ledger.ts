@@ -9,10 +9,10 @@
 // Latency is configurable so the demo can hold a charge open long enough for a duplicate to
 // arrive, or for the client to give up waiting.
 
+import { currentExecution } from 'mcp-request-idempotency';
+import { postgresTransaction } from 'mcp-request-idempotency/postgres';
+import type { RedisClient } from 'mcp-request-idempotency/redis';
 import type pg from 'pg';
-import { currentExecution } from './idempotency/execution.js';
-import { postgresTransaction } from './idempotency/postgres-store.js';
-import type { RedisClient } from './idempotency/redis-store.js';
 
 /** What a tool passes along with a charge: the provider's own key, if the provider takes one. */
 export interface ChargeOptions {

@@ -8,7 +8,7 @@
 // pending is written when the process exits, on SIGTERM or an uncaught error too. Only a SIGKILL
 // loses it: at most one flush interval of lines.
 
-import type { DecisionEvent } from './idempotency/index.js';
+import type { DecisionEvent } from 'mcp-request-idempotency';
 
 /** Lines written to `write` together, at most `flushMs` after the first (0: each at once). */
 export class BatchedLines {

@@ -21,8 +21,6 @@ import {
   requireScopes,
   type ServerContext,
 } from '@modelcontextprotocol/server';
-import { z } from 'zod';
-import { type BearerTokens, parseBearerTokens, startHttpServer } from './http.js';
 import {
   type Caller,
   ClaimsInFlight,
@@ -36,15 +34,17 @@ import {
   MemoryIdempotencyStore,
   principalScope,
   providerKey,
-} from './idempotency/index.js';
-import { PostgresIdempotencyStore } from './idempotency/postgres-store.js';
+} from 'mcp-request-idempotency';
+import { PostgresIdempotencyStore } from 'mcp-request-idempotency/postgres';
 import {
   closeRedis,
   connectRedis,
   connectRedisCluster,
   RedisIdempotencyStore,
-} from './idempotency/redis-store.js';
-import { installIdempotencyGuard, verifyGuardSeesKeys } from './idempotency/sdk-v2.js';
+} from 'mcp-request-idempotency/redis';
+import { installIdempotencyGuard, verifyGuardSeesKeys } from 'mcp-request-idempotency/sdk-v2';
+import { z } from 'zod';
+import { type BearerTokens, parseBearerTokens, startHttpServer } from './http.js';
 import {
   DEFAULT_PROVIDER_TIMEOUT_MS,
   type Ledger,

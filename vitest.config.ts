@@ -1,6 +1,8 @@
 import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
+  // The packages' names resolve to their sources, as tsconfig.json's paths say.
+  resolve: { tsconfigPaths: true },
   test: {
     include: ['test/**/*.test.ts'],
     // Every end-to-end test spawns real server processes; give a slow CI machine room.

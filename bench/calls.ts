@@ -9,15 +9,15 @@
 import { randomUUID } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
 import type { Client } from '@modelcontextprotocol/client';
-import { z } from 'zod';
-import { callTool, type KeyedToolCall, type ToolCall } from '../idempotency/client.js';
 import {
   DEFAULT_MAX_BYTES,
   DEFAULT_MAX_RECORDS,
   IdempotencyErrorType,
   idempotencyErrorOf,
   MemoryIdempotencyStore,
-} from '../idempotency/index.js';
+} from 'mcp-request-idempotency';
+import { callTool, type KeyedToolCall, type ToolCall } from 'mcp-request-idempotency/client';
+import { z } from 'zod';
 import { connectHttpClient, connectToServer, type Era, startHttpInstance } from '../launch.js';
 import { MemoryLedger } from '../ledger.js';
 import { DEFAULT_LOG_FLUSH_MS } from '../log.js';

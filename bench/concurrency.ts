@@ -7,7 +7,7 @@
 // (Stdio has no second client: one process serves one connection.)
 
 import { randomUUID } from 'node:crypto';
-import { callTool, MODERN_PROTOCOL_VERSION } from '../idempotency/client.js';
+import { callTool, MODERN_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import {
   AMOUNT,
   chargeOf,

@@ -9,7 +9,6 @@
 // round, and a piece's median and p99 are over all its rounds' samples.
 
 import { randomUUID } from 'node:crypto';
-import { measure } from 'mitata';
 import {
   checkIdempotencyKey,
   createToolCallGuard,
@@ -17,7 +16,8 @@ import {
   fingerprintToolCall,
   type JsonObject,
   MemoryIdempotencyStore,
-} from '../idempotency/index.js';
+} from 'mcp-request-idempotency';
+import { measure } from 'mitata';
 import { logDecision } from '../log.js';
 import { AMOUNT, chargeResult, jsonBytes, orderArgumentsOfSize, TOOL, WrongAnswerError } from './calls.js';
 import { answerIfMain, type Report, rotate, summarize, table } from './harness.js';

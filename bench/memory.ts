@@ -15,7 +15,7 @@ import {
   IdempotencyErrorType,
   idempotencyErrorOf,
   MemoryIdempotencyStore,
-} from '../idempotency/index.js';
+} from 'mcp-request-idempotency';
 import { MemoryLedger } from '../ledger.js';
 import { AMOUNT, chargeOf, chargeResult, ONE_CALLER_QUOTA, TOOL, WrongAnswerError } from './calls.js';
 import { answerIfMain, int, mb, type Report, timed } from './harness.js';

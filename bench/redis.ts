@@ -5,7 +5,7 @@
 // `commandsDuring`, with MONITOR: a command a script runs inside Redis is no round trip of its own,
 // the tool's ledger keys are not the guard's, and other traffic on a shared Redis does not leak in).
 
-import { MODERN_PROTOCOL_VERSION } from '../idempotency/client.js';
+import { MODERN_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { commandsDuring, type TestRedis } from '../test/support/redis.js';
 import { makeVariants, type RedisTarget, type ServerPair, serverPrefix, VARIANT_LABEL } from './calls.js';
 import { type Report, table, timed, yesNo } from './harness.js';

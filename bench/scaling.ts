@@ -14,7 +14,7 @@ import {
   DEFAULT_RETENTION_MS,
   LOCAL_SCOPE,
   MemoryIdempotencyStore,
-} from '../idempotency/index.js';
+} from 'mcp-request-idempotency';
 import { connectInProcess } from '../test/support/in-process.js';
 import { chargeResult, type Endpoint, makeVariants } from './calls.js';
 import { answerIfMain, int, interleave, type Report, table, us, type Variant } from './harness.js';

@@ -9,7 +9,7 @@
 import {
   LEGACY_PROTOCOL_VERSION as LEGACY,
   MODERN_PROTOCOL_VERSION as MODERN,
-} from '../idempotency/client.js';
+} from 'mcp-request-idempotency/client';
 import type { Era } from '../launch.js';
 import {
   AMOUNT,

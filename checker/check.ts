@@ -1,4 +1,5 @@
-// --- `npm run check`: point the SEP-3182 checker at your own MCP server ---
+#!/usr/bin/env node
+// --- `mcp-idempotency-check` (`npm run check` here): point the SEP-3182 checker at your own MCP server ---
 //
 // Parses the command line, connects (stdio or Streamable HTTP, either era), runs the checks in
 // `rules.ts` and prints them as a table for people or as JSON for programs. Exit status: 0 when
@@ -16,7 +17,7 @@ import {
   type Target,
 } from './wire.js';
 
-const USAGE = `Usage: npm run check -- (--command "CMD ARGS…" [--arg A]… | --url URL [--header "K: V"]…) --tool NAME [options]
+const USAGE = `Usage: mcp-idempotency-check (--command "CMD ARGS…" [--arg A]… | --url URL [--header "K: V"]…) --tool NAME [options]
   --command CMD          spawn CMD and speak stdio (split on spaces; quote with '…' or "…")
   --arg A                one more argument for --command, taken as is (repeatable; --arg=-x for one that starts with -)
   --url URL              a Streamable HTTP endpoint, e.g. http://127.0.0.1:3001/mcp

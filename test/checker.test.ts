@@ -165,7 +165,7 @@ describe('the checker finds nothing wrong with the demo server', () => {
     const run = await runChecker(['--url', 'http://127.0.0.1:1/mcp', '--tool', 'x', '--arguments', '[1]']);
     expect(run.code).toBe(2);
     expect(run.stderr).toContain('--arguments must be a JSON object');
-    expect(run.stderr).toContain('Usage: npm run check');
+    expect(run.stderr).toContain('Usage: mcp-idempotency-check');
   });
 });
 

@@ -4,10 +4,14 @@
 // calls fails its own keys closed at once, comes back by itself, and executes nothing twice.
 
 import { randomUUID } from 'node:crypto';
+import {
+  INTERNAL_ERROR,
+  type RecordId,
+  type StoredResponse,
+  StoreUnavailableError,
+} from 'mcp-request-idempotency';
+import { RedisIdempotencyStore, type RedisStoreOptions, redisKeysOf } from 'mcp-request-idempotency/redis';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { INTERNAL_ERROR } from '../idempotency/index.js';
-import { RedisIdempotencyStore, type RedisStoreOptions, redisKeysOf } from '../idempotency/redis-store.js';
-import { type RecordId, type StoredResponse, StoreUnavailableError } from '../idempotency/store.js';
 import { ERAS } from '../launch.js';
 import { MemoryLedger } from '../ledger.js';
 import { connectHttp } from './support/http.js';

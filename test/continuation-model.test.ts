@@ -15,21 +15,21 @@ import { randomUUID } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
 import type { Client } from '@modelcontextprotocol/client';
 import fc from 'fast-check';
-import { afterAll, describe, it } from 'vitest';
 import {
   type DecisionEvent,
   IdempotencyErrorType,
   type IdempotencyStore,
   idempotencyErrorOf,
   MemoryIdempotencyStore,
-} from '../idempotency/index.js';
-import { PostgresIdempotencyStore } from '../idempotency/postgres-store.js';
+} from 'mcp-request-idempotency';
+import { PostgresIdempotencyStore } from 'mcp-request-idempotency/postgres';
 import {
   closeRedis,
   connectRedis,
   type RedisClient,
   RedisIdempotencyStore,
-} from '../idempotency/redis-store.js';
+} from 'mcp-request-idempotency/redis';
+import { afterAll, describe, it } from 'vitest';
 import { MemoryLedger } from '../ledger.js';
 import { connectInProcess } from './support/in-process.js';
 import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from './support/postgres.js';

@@ -9,15 +9,15 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { CallToolResult, Client } from '@modelcontextprotocol/client';
 import { SdkError, SdkErrorCode } from '@modelcontextprotocol/client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { callTool, LEGACY_PROTOCOL_VERSION } from '../idempotency/client.js';
 import {
   IdempotencyErrorType,
   type IdempotencyStore,
   INVALID_PARAMS,
   idempotencyErrorOf,
   MemoryIdempotencyStore,
-} from '../idempotency/index.js';
+} from 'mcp-request-idempotency';
+import { callTool, LEGACY_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   type AskUser,
   balanceOf,

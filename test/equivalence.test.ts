@@ -5,8 +5,6 @@
 import { createHash, randomUUID } from 'node:crypto';
 import canonicalize from 'canonicalize';
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { callTool } from '../idempotency/client.js';
 import {
   checkIdempotencyKey,
   fingerprintToolCall,
@@ -14,7 +12,9 @@ import {
   idempotencyErrorOf,
   MAX_IDEMPOTENCY_KEY_LENGTH,
   MemoryIdempotencyStore,
-} from '../idempotency/index.js';
+} from 'mcp-request-idempotency';
+import { callTool } from 'mcp-request-idempotency/client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { balanceOf } from '../launch.js';
 import { connectInProcess, type InProcessConnection } from './support/in-process.js';
 import { errorFrom } from './support/sep-cases.js';

@@ -6,14 +6,14 @@ import { randomUUID } from 'node:crypto';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { afterEach, describe, expect, it } from 'vitest';
-import { callTool } from '../idempotency/client.js';
 import {
   currentExecution,
   MemoryIdempotencyStore,
   providerKey,
   ToolExecution,
-} from '../idempotency/index.js';
+} from 'mcp-request-idempotency';
+import { callTool } from 'mcp-request-idempotency/client';
+import { afterEach, describe, expect, it } from 'vitest';
 import type { ChargeOptions, Ledger, RefundOptions } from '../ledger.js';
 import { connectInProcess, type InProcessConnection, type InProcessOptions } from './support/in-process.js';
 import { textOf } from './support/sep-cases.js';

@@ -9,21 +9,21 @@ import { randomUUID } from 'node:crypto';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { afterAll, describe, expect, it } from 'vitest';
-import { callTool } from '../idempotency/client.js';
 import {
   IdempotencyErrorType,
   INTERNAL_ERROR,
   INVALID_PARAMS,
   idempotencyErrorOf,
-} from '../idempotency/index.js';
+} from 'mcp-request-idempotency';
+import { callTool } from 'mcp-request-idempotency/client';
 import {
   closeRedis,
   connectRedis,
   type RedisClient,
   RedisIdempotencyStore,
   redisKeysOf,
-} from '../idempotency/redis-store.js';
+} from 'mcp-request-idempotency/redis';
+import { afterAll, describe, expect, it } from 'vitest';
 import type { Ledger } from '../ledger.js';
 import { postRaw } from './support/hostile.js';
 import { type HttpInstance, startHttpInstance } from './support/http.js';

@@ -3,9 +3,6 @@
 import { randomUUID } from 'node:crypto';
 import { McpServer as McpServerV1 } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { McpServer as McpServerV2 } from '@modelcontextprotocol/server';
-import { afterEach, describe, expect, it } from 'vitest';
-import { z } from 'zod';
-import { callTool } from '../idempotency/client.js';
 import {
   type Claim,
   IdempotencyErrorType,
@@ -13,9 +10,12 @@ import {
   INTERNAL_ERROR,
   idempotencyErrorOf,
   MemoryIdempotencyStore,
-} from '../idempotency/index.js';
-import * as v1 from '../idempotency/sdk-v1.js';
-import * as v2 from '../idempotency/sdk-v2.js';
+} from 'mcp-request-idempotency';
+import { callTool } from 'mcp-request-idempotency/client';
+import * as v1 from 'mcp-request-idempotency/sdk-v1';
+import * as v2 from 'mcp-request-idempotency/sdk-v2';
+import { afterEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import { balanceOf } from '../launch.js';
 import { MemoryLedger } from '../ledger.js';
 import { connectInProcess, type InProcessConnection, ManualClock } from './support/in-process.js';

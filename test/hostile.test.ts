@@ -9,15 +9,15 @@
 import { randomUUID } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import fc from 'fast-check';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { callTool } from '../idempotency/client.js';
 import {
   IdempotencyErrorType,
   INTERNAL_ERROR,
   idempotencyErrorOf,
   MemoryIdempotencyStore,
   type MemoryStoreOptions,
-} from '../idempotency/index.js';
+} from 'mcp-request-idempotency';
+import { callTool } from 'mcp-request-idempotency/client';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
   ChargeTally,
   describeMutation,

@@ -10,15 +10,15 @@ import {
   StreamableHTTPClientTransport,
 } from '@modelcontextprotocol/client';
 import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
-import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
+import { IdempotencyErrorType, idempotencyErrorOf, MemoryIdempotencyStore } from 'mcp-request-idempotency';
 import {
   type Attempt,
   callTool,
   IdempotentClient,
   type IdempotentClientOptions,
   NO_CAPABILITY_WARNING,
-} from '../idempotency/client.js';
-import { IdempotencyErrorType, idempotencyErrorOf, MemoryIdempotencyStore } from '../idempotency/index.js';
+} from 'mcp-request-idempotency/client';
+import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
 import {
   balanceOf,
   connectHttpClient,

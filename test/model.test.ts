@@ -9,15 +9,15 @@
 // SEP3182_LONG=1 runs ten times as many programs.
 
 import fc from 'fast-check';
-import { afterAll, describe, expect, it } from 'vitest';
-import { MemoryIdempotencyStore } from '../idempotency/index.js';
-import { migratePostgresStore, PostgresIdempotencyStore } from '../idempotency/postgres-store.js';
+import { MemoryIdempotencyStore } from 'mcp-request-idempotency';
+import { migratePostgresStore, PostgresIdempotencyStore } from 'mcp-request-idempotency/postgres';
 import {
   closeRedis,
   connectRedis,
   type RedisClient,
   RedisIdempotencyStore,
-} from '../idempotency/redis-store.js';
+} from 'mcp-request-idempotency/redis';
+import { afterAll, describe, expect, it } from 'vitest';
 import {
   CALLERS,
   type ModelSettings,

@@ -6,12 +6,6 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import {
-  type PostgresConnectOptions,
-  PostgresIdempotencyStore,
-  type PostgresStoreOptions,
-} from '../idempotency/postgres-store.js';
 import {
   type ClaimTicket,
   DEFAULT_MAX_BYTES_PER_SCOPE,
@@ -19,7 +13,13 @@ import {
   type RecordId,
   type StoredResponse,
   StoreUnavailableError,
-} from '../idempotency/store.js';
+} from 'mcp-request-idempotency';
+import {
+  type PostgresConnectOptions,
+  PostgresIdempotencyStore,
+  type PostgresStoreOptions,
+} from 'mcp-request-idempotency/postgres';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import {
   POSTGRES_SKIP_REASON,
   startPostgres,

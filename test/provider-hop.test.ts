@@ -6,9 +6,9 @@
 
 import { randomUUID } from 'node:crypto';
 import type { CallToolResult, Client } from '@modelcontextprotocol/client';
+import { IdempotencyErrorType, idempotencyErrorOf } from 'mcp-request-idempotency';
+import { callTool, type KeyedToolCall } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { callTool, type KeyedToolCall } from '../idempotency/client.js';
-import { IdempotencyErrorType, idempotencyErrorOf } from '../idempotency/index.js';
 import { connectToServer, type ServerConnection } from '../launch.js';
 import { connectHttpClient, startHttpInstance } from './support/http.js';
 import {

@@ -10,9 +10,9 @@
 import { randomUUID } from 'node:crypto';
 import type { CallToolResult } from '@modelcontextprotocol/client';
 import fc from 'fast-check';
+import { IdempotencyErrorType, idempotencyErrorOf } from 'mcp-request-idempotency';
+import { callTool, type KeyedToolCall } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { callTool, type KeyedToolCall } from '../idempotency/client.js';
-import { IdempotencyErrorType, idempotencyErrorOf } from '../idempotency/index.js';
 import { connectToServer, type ServerConnection } from '../launch.js';
 import {
   type FaultKind,

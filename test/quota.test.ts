@@ -3,15 +3,15 @@
 // caller's keys go on as before. The memory store and the Redis store give the same answers.
 
 import { randomUUID } from 'node:crypto';
-import { afterAll, describe, expect, it } from 'vitest';
+import type { IdempotencyStore, RecordId, StoredResponse } from 'mcp-request-idempotency';
 import {
   IdempotencyErrorType,
   INTERNAL_ERROR,
   idempotencyErrorOf,
   MemoryIdempotencyStore,
-} from '../idempotency/index.js';
-import { RedisIdempotencyStore } from '../idempotency/redis-store.js';
-import type { IdempotencyStore, RecordId, StoredResponse } from '../idempotency/store.js';
+} from 'mcp-request-idempotency';
+import { RedisIdempotencyStore } from 'mcp-request-idempotency/redis';
+import { afterAll, describe, expect, it } from 'vitest';
 import { jsonRpcText } from './support/hostile.js';
 import { type HttpInstance, startHttpInstance } from './support/http.js';
 import { ManualClock } from './support/in-process.js';

@@ -2,7 +2,12 @@
 // stateless deployment shares (SEP-3182, stateless deployments).
 
 import { randomUUID } from 'node:crypto';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import {
+  type ClaimTicket,
+  type RecordId,
+  type StoredResponse,
+  StoreUnavailableError,
+} from 'mcp-request-idempotency';
 import {
   closeRedis,
   connectRedis,
@@ -10,13 +15,8 @@ import {
   RedisIdempotencyStore,
   type RedisStoreOptions,
   redisKeysOf,
-} from '../idempotency/redis-store.js';
-import {
-  type ClaimTicket,
-  type RecordId,
-  type StoredResponse,
-  StoreUnavailableError,
-} from '../idempotency/store.js';
+} from 'mcp-request-idempotency/redis';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { RedisLedger } from '../ledger.js';
 import {
   commandsDuring as commandsDuringOn,

@@ -4,9 +4,9 @@
 // scenario runs on a Redis Cluster in cluster.test.ts.)
 
 import { randomUUID } from 'node:crypto';
+import { IdempotencyErrorType, idempotencyErrorOf } from 'mcp-request-idempotency';
+import { callTool } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { callTool } from '../idempotency/client.js';
-import { IdempotencyErrorType, idempotencyErrorOf } from '../idempotency/index.js';
 import { ERAS } from '../launch.js';
 import { connectHttp, connectHttpClient, type HttpInstance, startHttpInstance } from './support/http.js';
 import { REDIS_SKIP_REASON, startRedis, type TestRedis, uniqueKeyPrefix } from './support/redis.js';

@@ -1,7 +1,7 @@
 // The SEP-3182 cases end to end over stdio: the real server process and the real SDK client, in
 // both protocol eras; and the same cases against a server on the v1 SDK line with the v1 adapter.
 
-import { LEGACY_PROTOCOL_VERSION } from '../idempotency/client.js';
+import { LEGACY_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { ERAS } from '../launch.js';
 import { describeSepCases } from './support/sep-cases.js';
 import { connectStdio } from './support/stdio.js';

@@ -2,8 +2,8 @@
 // client in between. If the SDK ever strips `idempotencyKey` before the guard sees it, the
 // deduplication tests here fail: this is the loud failure the Python prototype lacked.
 
+import { IdempotencyErrorType } from 'mcp-request-idempotency';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { IdempotencyErrorType } from '../idempotency/index.js';
 import { type RawAnswer, RawStdioPeer } from './support/raw-stdio.js';
 
 let peer: RawStdioPeer;

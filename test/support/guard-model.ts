@@ -12,14 +12,14 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import { isDeepStrictEqual } from 'node:util';
 import { type CallToolResult, SERVER_INFO_META_KEY } from '@modelcontextprotocol/client';
 import fc from 'fast-check';
-import { callTool } from '../../idempotency/client.js';
 import {
   IdempotencyErrorType,
   type IdempotencyStore,
   INTERNAL_ERROR,
   INVALID_PARAMS,
   idempotencyErrorOf,
-} from '../../idempotency/index.js';
+} from 'mcp-request-idempotency';
+import { callTool } from 'mcp-request-idempotency/client';
 import type { Ledger } from '../../ledger.js';
 import { SERVER_INFO } from '../../server.js';
 import { connectInProcess, type InProcessConnection } from './in-process.js';

@@ -6,8 +6,8 @@
 import { type Client, InMemoryTransport, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { createMcpHandler, type RequestStateCodec } from '@modelcontextprotocol/server';
 import { serveStdio } from '@modelcontextprotocol/server/stdio';
-import { MODERN_PROTOCOL_VERSION } from '../../idempotency/client.js';
-import type { DecisionEvent, IdempotencyStore } from '../../idempotency/index.js';
+import type { DecisionEvent, IdempotencyStore } from 'mcp-request-idempotency';
+import { MODERN_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { type AskUser, type Era, newClient } from '../../launch.js';
 import { type Ledger, MemoryLedger } from '../../ledger.js';
 import { createDemoServer, type RefundState } from '../../server.js';

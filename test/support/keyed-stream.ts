@@ -3,8 +3,8 @@
 // they kill Redis (or one master of a cluster), then check that nothing was charged twice.
 
 import type { Client } from '@modelcontextprotocol/client';
-import { callTool } from '../../idempotency/client.js';
-import { IdempotencyErrorType, idempotencyErrorOf } from '../../idempotency/index.js';
+import { IdempotencyErrorType, idempotencyErrorOf } from 'mcp-request-idempotency';
+import { callTool } from 'mcp-request-idempotency/client';
 
 /** One logical operation of the stream: its own key and its own amount, so a charge names it. */
 export interface Operation {

@@ -4,7 +4,7 @@
 // Usage: tsx test/support/postgres-holder.ts URL TABLE_PREFIX SCOPE KEY LEASE_MS
 // Prints one line once the claim is made: {"state":"claimed","pid":…} (pid of its liveness session).
 
-import { PostgresIdempotencyStore } from '../../idempotency/postgres-store.js';
+import { PostgresIdempotencyStore } from 'mcp-request-idempotency/postgres';
 
 const [url, tablePrefix, scope, idempotencyKey, leaseMs] = process.argv.slice(2);
 if (!url || !tablePrefix || !scope || !idempotencyKey || !leaseMs) {

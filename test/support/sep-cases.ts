@@ -8,18 +8,18 @@
 
 import { randomUUID } from 'node:crypto';
 import type { CallToolResult, Client } from '@modelcontextprotocol/client';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { z } from 'zod';
-import { type CheckInputs, checkRule, RULES, Run, type Status } from '../../checker/rules.js';
-import type { Peer } from '../../checker/wire.js';
-import { callTool, callToolIdempotently, type KeyedToolCall } from '../../idempotency/client.js';
 import {
   IdempotencyErrorType,
   INTERNAL_ERROR,
   INVALID_PARAMS,
   idempotencyErrorOf,
   Messages,
-} from '../../idempotency/index.js';
+} from 'mcp-request-idempotency';
+import { callTool, callToolIdempotently, type KeyedToolCall } from 'mcp-request-idempotency/client';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { type CheckInputs, checkRule, RULES, Run, type Status } from '../../checker/rules.js';
+import type { Peer } from '../../checker/wire.js';
 import { balanceOf, resetLedger } from '../../launch.js';
 
 export interface Connection {

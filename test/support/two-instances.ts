@@ -5,9 +5,9 @@
 import { randomUUID } from 'node:crypto';
 import type { Client } from '@modelcontextprotocol/client';
 import type { RedisClientType } from '@redis/client';
+import { IdempotencyErrorType, idempotencyErrorOf } from 'mcp-request-idempotency';
+import { callTool, MODERN_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { callTool, MODERN_PROTOCOL_VERSION } from '../../idempotency/client.js';
-import { IdempotencyErrorType, idempotencyErrorOf } from '../../idempotency/index.js';
 import { balanceOf, ERAS, postModern, resetLedger } from '../../launch.js';
 import { jsonRpcText } from './hostile.js';
 import { connectHttpClient, type HttpInstance, startHttpInstance } from './http.js';

@@ -7,8 +7,8 @@
 
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
-import { MemoryIdempotencyStore } from '../../idempotency/index.js';
-import { installIdempotencyGuard, verifyGuardSeesKeys } from '../../idempotency/sdk-v1.js';
+import { MemoryIdempotencyStore } from 'mcp-request-idempotency';
+import { installIdempotencyGuard, verifyGuardSeesKeys } from 'mcp-request-idempotency/sdk-v1';
 import { MemoryLedger } from '../../ledger.js';
 import { batchDecisionLines, logDecision } from '../../log.js';
 import { parseServerArgs, registerDemoTools, SERVER_INFO, type ToolRegistry } from '../../server.js';
