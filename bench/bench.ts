@@ -3,11 +3,12 @@
 //   npm run bench               the full run, a few minutes on a 2-core machine
 //   npm run bench -- --quick    a smoke run (CI), well under a minute; its figures are rough
 //
-// One question per file (transports, guard-alone, redis, memory, scaling, concurrency); harness.ts
-// is how they measure, calls.ts what they call. Tables go to stdout, the figures and the machine to
-// bench/results/latest.json, which the README quotes (a quick run writes to the temporary directory).
-// Targets are reported, never asserted: only a wrong answer (a figure from the wrong path) or a
-// broken setup fails. Every server and Redis started here is stopped, on error and on Ctrl-C too.
+// One question per file (transports, guard-alone, redis, postgres, memory, scaling, concurrency);
+// harness.ts is how they measure, calls.ts what they call. Tables go to stdout, the figures and the
+// machine to bench/results/latest.json, which the README quotes (a quick run writes to the temporary
+// directory). Targets are reported, never asserted: only a wrong answer (a figure from the wrong
+// path) or a broken setup fails. Every server, Redis and Postgres started here is stopped, on error
+// and on Ctrl-C too.
 
 import { randomUUID } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
@@ -16,16 +17,19 @@ import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
+import { startPostgres } from '../test/support/postgres.js';
 import { startRedis } from '../test/support/redis.js';
 import {
   openServer,
   type ServerPair,
   type StoreName,
+  type StoreTargets,
   type TransportName,
   WrongAnswerError,
 } from './calls.js';
 import { measureConcurrency } from './concurrency.js';
 import { type Report, runChild, table, yesNo } from './harness.js';
+import { measureStatements } from './postgres.js';
 import { measureRoundTrips } from './redis.js';
 import { measureTransports, SETUPS } from './transports.js';
 
@@ -105,27 +109,45 @@ async function main(): Promise<void> {
   // A private redis-server if one is installed, else REDIS_URL; keys under a prefix of this run's own.
   const redis = await startRedis();
   const prefix = `sep3182-bench:${process.pid}-${randomUUID().slice(0, 8)}:`;
-  const target = redis && { url: redis.url, prefix };
   if (redis) closers.push(() => redis.flush(prefix).finally(() => redis.stop()));
+  // A private Postgres cluster if its server binaries are installed, else DATABASE_URL; tables
+  // under a prefix of this run's own (a table name takes no `:` or `-`).
+  const postgres = await startPostgres();
+  const tables = `bench_${process.pid}_${randomUUID().slice(0, 8)}_`;
+  if (postgres) closers.push(() => postgres.drop(tables).finally(() => postgres.stop()));
+  const stores: StoreTargets = {
+    redis: redis && { url: redis.url, prefix },
+    postgres: postgres && { url: postgres.url, prefix: tables },
+  };
   // Every transport and store the transports question measures (the others call the same
   // servers), each with its fast and its slow server.
   const pairs: ServerPair[] = [];
   const serversOf = (transport: TransportName, store: StoreName) =>
     pairs.find((pair) => pair.transport === transport && pair.store === store);
   for (const [transport, store] of SETUPS) {
-    if (serversOf(transport, store) || (store === 'redis' && !target)) continue;
-    const fast = await openServer(transport, store, 'fast', target);
+    if (serversOf(transport, store) || (store !== 'memory' && !stores[store])) continue;
+    const fast = await openServer(transport, store, 'fast', stores);
     closers.push(fast.close);
-    const slow = await openServer(transport, store, 'slow', target);
+    const slow = await openServer(transport, store, 'slow', stores);
     closers.push(slow.close);
     pairs.push({ transport, store, fast, slow });
   }
   note('transports');
   reports.transports = await measureTransports(serversOf, plan.transports, note);
   const stdioRedis = serversOf('stdio', 'redis');
-  if (redis && target && stdioRedis) {
+  if (redis && stores.redis && stdioRedis) {
     note('Redis round trips');
-    reports.roundTrips = await measureRoundTrips(redis, target, stdioRedis, plan.roundTripCalls);
+    reports.roundTrips = await measureRoundTrips(redis, stores.redis, stdioRedis, plan.roundTripCalls);
+  }
+  const httpPostgres = serversOf('http', 'postgres');
+  if (postgres && stores.postgres && httpPostgres) {
+    // Only a cluster of this run's own has a statement log to read.
+    if (!postgres.owned) note('Postgres round trips skipped: DATABASE_URL has no statement log to read');
+    else {
+      note('Postgres round trips');
+      const calls = plan.roundTripCalls;
+      reports.postgresRoundTrips = await measureStatements(postgres, stores.postgres, httpPostgres, calls);
+    }
   }
   note('concurrency');
   // Stdio has no second client: one process serves one connection.
@@ -158,7 +180,15 @@ async function main(): Promise<void> {
     const figure = `${fingerprint.toFixed(0)} µs = ${(fingerprint / roundTrip).toFixed(2)} × ${roundTrip.toFixed(0)} µs`;
     checks.push({ target, figure, met: fingerprint <= 0.5 * roundTrip });
   }
-  const order = ['transports', 'guardAlone', 'roundTrips', 'memory', 'scaling', 'concurrency'];
+  const order = [
+    'transports',
+    'guardAlone',
+    'roundTrips',
+    'postgresRoundTrips',
+    'memory',
+    'scaling',
+    'concurrency',
+  ];
   for (const report of order.flatMap((name) => reports[name] ?? [])) {
     say(`\n== ${report.title}\n${report.how}\n\n${report.table}`);
   }

@@ -16,7 +16,12 @@ import {
   idempotencyErrorOf,
   MemoryIdempotencyStore,
 } from 'mcp-request-idempotency';
-import { callTool, type KeyedToolCall, type ToolCall } from 'mcp-request-idempotency/client';
+import {
+  callTool,
+  type KeyedToolCall,
+  MODERN_PROTOCOL_VERSION,
+  type ToolCall,
+} from 'mcp-request-idempotency/client';
 import { z } from 'zod';
 import { connectHttpClient, connectToServer, type Era, startHttpInstance } from '../launch.js';
 import { MemoryLedger } from '../ledger.js';
@@ -25,7 +30,7 @@ import { connectInProcess } from '../test/support/in-process.js';
 import { type Outcome, timed, type Variant } from './harness.js';
 
 export type TransportName = 'in-process' | 'stdio' | 'http';
-export type StoreName = 'memory' | 'redis';
+export type StoreName = 'memory' | 'redis' | 'postgres';
 
 /** The benchmark's tool and its small arguments: the demo's charge, one field. */
 export const TOOL = 'charge_guarded';
@@ -78,11 +83,27 @@ export interface RedisTarget {
 export const serverPrefix = (redis: RedisTarget, transport: TransportName, speed: 'fast' | 'slow') =>
   `${redis.prefix}${transport}:${speed}:`;
 
+/** Where Postgres servers keep their tables: a table prefix of this run's own, then one per server. */
+export interface PostgresTarget {
+  url: string;
+  prefix: string;
+}
+
+/** A server's `--postgres-prefix`: its store's tables start `<this>idem_`, its ledger's `<this>ledger_`. */
+export const postgresPrefix = (postgres: PostgresTarget, transport: TransportName, speed: 'fast' | 'slow') =>
+  `${postgres.prefix}${transport.replace(/\W/g, '_')}_${speed}_`;
+
+/** The shared stores this run has; a store without one is not measured. */
+export interface StoreTargets {
+  redis?: RedisTarget;
+  postgres?: PostgresTarget;
+}
+
 export async function openServer(
   transport: TransportName,
   store: StoreName,
   speed: 'fast' | 'slow',
-  redis?: RedisTarget,
+  { redis, postgres }: StoreTargets = {},
 ): Promise<Server> {
   const latencyMs = speed === 'slow' ? SLOW_CHARGE_MS : 0;
   // ONE_CALLER_QUOTA, as the server's options.
@@ -93,6 +114,15 @@ export async function openServer(
   if (store === 'redis' && redis) {
     args.push('--store=redis', `--redis-url=${redis.url}`);
     args.push(`--redis-prefix=${serverPrefix(redis, transport, speed)}`);
+  }
+  if (store === 'postgres' && postgres) {
+    args.push('--store=postgres', `--postgres-url=${postgres.url}`);
+    args.push(`--postgres-prefix=${postgresPrefix(postgres, transport, speed)}`);
+    // The Postgres ledger holds its balance row locked from a charge's write to its commit, the
+    // whole SLOW_CHARGE_MS here, and the slow server's originals overlap (both eras' groups call
+    // it): a second original would wait on the first past the store's statement timeout, and
+    // fail. An in-progress answer never reaches the ledger, so the slow one charges in process.
+    if (speed === 'slow') args.push('--ledger=memory');
   }
   const opened: Endpoint[] = [];
   const server = (connect: (era: Era) => Promise<Endpoint>, stop = async () => {}): Server => ({
@@ -288,3 +318,51 @@ export function orderArgumentsOfSize(bytes: number): ChargeArguments {
 }
 
 export const jsonBytes = (value: unknown): number => Buffer.byteLength(JSON.stringify(value));
+
+// --- What each decision sends to the store, counted on the store's side ---
+
+/** Round trips to the store a decision may take: the SEP's first execution claims, then records; any other answer is its claim alone. */
+export const ROUND_TRIP_TARGETS: Record<VariantName, number> = {
+  baseline: 0,
+  first: 2,
+  replay: 1,
+  conflict: 1,
+  inProgress: 1,
+};
+const DECISIONS: readonly VariantName[] = ['baseline', 'first', 'replay', 'conflict', 'inProgress'];
+
+/**
+ * `calls` calls of each decision through `pair` (2026-07-28), each decision's batch run inside
+ * `count`, which answers what the store received meanwhile; every answer is still checked.
+ */
+export async function countPerDecision<T>(
+  pair: ServerPair,
+  calls: number,
+  count: (decision: VariantName, run: () => Promise<void>) => Promise<T[]>,
+): Promise<Array<{ variant: VariantName; calls: number; counted: T[] }>> {
+  const era = MODERN_PROTOCOL_VERSION;
+  const [fast, slow] = await Promise.all([pair.fast.connect(era), pair.slow.connect(era)]);
+  const variants = makeVariants(fast, slow, `${pair.store} round trips over ${pair.transport}`);
+  const rows = [];
+  try {
+    for (const name of DECISIONS) {
+      const variant = variants[name];
+      await variant.prepare?.(calls);
+      const counted = await count(name, async () => {
+        for (let i = 0; i < calls; i++) variant.check(await timed(() => variant.call(i)));
+      });
+      await variant.finish?.();
+      rows.push({ variant: name, calls, counted });
+    }
+  } finally {
+    await Promise.allSettled(Object.values(variants).map((variant) => variant.settle?.()));
+  }
+  return rows;
+}
+
+/** How often each name occurs per call, as `claim 1.00, UPDATE 1.00`. */
+export function perCall(names: readonly string[], calls: number): string {
+  const sent = new Map<string, number>();
+  for (const name of names) sent.set(name, (sent.get(name) ?? 0) + 1 / calls);
+  return [...sent].map(([name, n]) => `${name} ${n.toFixed(2)}`).join(', ');
+}

@@ -3,7 +3,9 @@
 // In a process of its own, whose stderr is a pipe as a server's is:
 //   node --expose-gc --import tsx bench/guard-alone.ts <rounds> <ms per piece per round>
 // The real guard in front of a no-op tool: no SDK, no transport, no parsing. Then its pieces:
-// key validation, the fingerprint by size, and server.ts's decision log line. mitata runs each
+// key validation, the fingerprint by size, server.ts's decision log line, and what the other hop's
+// provider key costs: deriving one, and running each dispatch in the execution context that
+// carries it (idempotency/execution.ts), against calling the dispatch directly. mitata runs each
 // piece's timing loop (batches of calls for what takes nanoseconds, fresh arguments made outside
 // the timed region, a GC before each piece); the pieces take turns in rotating order, round after
 // round, and a piece's median and p99 are over all its rounds' samples.
@@ -16,17 +18,37 @@ import {
   fingerprintToolCall,
   type JsonObject,
   MemoryIdempotencyStore,
+  runExecution,
+  ToolExecution,
 } from 'mcp-request-idempotency';
 import { measure } from 'mitata';
 import { logDecision } from '../log.js';
 import { AMOUNT, chargeResult, jsonBytes, orderArgumentsOfSize, TOOL, WrongAnswerError } from './calls.js';
-import { answerIfMain, type Report, rotate, summarize, table } from './harness.js';
+import { answerIfMain, type Report, rotate, summarize, table, yesNo } from './harness.js';
+
+interface Piece {
+  piece: string;
+  input: string;
+  run(params: unknown): unknown;
+  params?: () => unknown;
+  /** A bound on what the piece costs a call: its median, or what it adds to the median of `over`. */
+  targetUs?: number;
+  over?: Piece;
+  samples: number[];
+}
 
 /** A piece to time: `params`, when given, are made per call outside the timed region (a fresh key, a fresh parse). */
-function piece(piece: string, input: string, run: (params: unknown) => unknown, params?: () => unknown) {
-  return { piece, input, run, params, samples: [] as number[] };
+function piece(
+  piece: string,
+  input: string,
+  run: (params: unknown) => unknown,
+  params?: () => unknown,
+): Piece {
+  return { piece, input, run, params, samples: [] };
 }
-type Piece = ReturnType<typeof piece>;
+
+/** What the provider key may cost a call: nothing a tool call would notice (an unkeyed one takes tens of µs in process). */
+const PROVIDER_KEY_TARGET_US = 1;
 
 const SMALL = { amount: AMOUNT };
 const NOOP_RESULT: JsonObject = chargeResult(AMOUNT);
@@ -59,6 +81,15 @@ async function pieces(): Promise<Piece[]> {
   const input = 'no-op tool, small arguments';
   const fresh = () => ({ ...stored, idempotencyKey: randomUUID() });
   const parse = (args: unknown) => () => JSON.parse(JSON.stringify(args));
+  // The other hop: a tool derives its provider key from the execution it runs in, which the guard
+  // builds per call and runs every dispatch inside (an AsyncLocalStorage).
+  const keyedKey = () => new ToolExecution('local', TOOL, key).providerKey('charge');
+  const unkeyedKey = () => new ToolExecution('local', TOOL).providerKey('charge');
+  const dispatch = async () => NOOP_RESULT;
+  const execution = new ToolExecution('local', TOOL, key);
+  const direct = piece('dispatch', 'called directly', dispatch);
+  const inContext = piece('dispatch', 'in the execution context', () => runExecution(execution, dispatch));
+  const targetUs = PROVIDER_KEY_TARGET_US;
   return [
     piece('guard alone: first execution', input, answered, fresh),
     piece('guard alone: replay', input, () => answered(stored)),
@@ -68,6 +99,10 @@ async function pieces(): Promise<Piece[]> {
       piece('fingerprint', `${label} (${jsonBytes(args)} B)`, fingerprint, parse(args)),
     ),
     piece('decision log line', 'batched for stderr (a pipe)', logLine),
+    { ...piece('provider key', 'keyed call (from the MCP key)', keyedKey), targetUs },
+    { ...piece('provider key', 'unkeyed call (a fresh seed)', unkeyedKey), targetUs },
+    direct,
+    { ...inContext, targetUs, over: direct },
   ];
 }
 
@@ -88,17 +123,42 @@ async function main([rounds = 20, msPerPiece = 5]: number[]): Promise<Report> {
       if (round >= 0) p.samples.push(...stats.samples.map((ns) => ns / 1000));
     }
   }
-  const rows = all.map((p) => ({ piece: p.piece, input: p.input, ...summarize(p.samples) }));
+  const rows = all.map((p) => {
+    const summary = summarize(p.samples);
+    const row = { piece: p.piece, input: p.input, ...summary };
+    if (p.targetUs === undefined) return { ...row, target: '' };
+    const costUs = summary.medianUs - (p.over ? summarize(p.over.samples).medianUs : 0);
+    const met = costUs <= p.targetUs;
+    const added = p.over ? `+${costUs.toFixed(2)} over ${p.over.input}, ` : '';
+    return { ...row, costUs, targetUs: p.targetUs, met, target: `${added}≤ ${p.targetUs} ${yesNo(met)}` };
+  });
   return {
     title: 'The guard alone, and its pieces',
     how:
       `${rounds} interleaved rounds of ~${msPerPiece} ms per piece, timed by mitata (a sample: a batch's time over its calls).\n` +
       'Guard alone: the real guard in front of a no-op tool, no transport, no SDK parsing; stderr is a pipe.',
     table: table(
-      'piece | input | median µs | p99 µs | samples',
-      rows.map((r) => [r.piece, r.input, r.medianUs.toFixed(2), r.p99Us.toFixed(2), String(r.samples)]),
+      'piece | input | median µs | p99 µs | samples | target µs a call',
+      rows.map((r) => [
+        r.piece,
+        r.input,
+        r.medianUs.toFixed(2),
+        r.p99Us.toFixed(2),
+        String(r.samples),
+        r.target,
+      ]),
     ),
-    checks: [],
+    checks: rows.flatMap((r) =>
+      'met' in r
+        ? [
+            {
+              target: `${r.piece}, ${r.input}: ≤ ${r.targetUs} µs a call`,
+              figure: `${r.costUs.toFixed(2)} µs`,
+              met: r.met,
+            },
+          ]
+        : [],
+    ),
     figures: rows,
   };
 }

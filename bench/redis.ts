@@ -5,13 +5,17 @@
 // `commandsDuring`, with MONITOR: a command a script runs inside Redis is no round trip of its own,
 // the tool's ledger keys are not the guard's, and other traffic on a shared Redis does not leak in).
 
-import { MODERN_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { commandsDuring, type TestRedis } from '../test/support/redis.js';
-import { makeVariants, type RedisTarget, type ServerPair, serverPrefix, VARIANT_LABEL } from './calls.js';
-import { type Report, table, timed, yesNo } from './harness.js';
-
-/** The round trips the guard may spend per decision. */
-const TARGETS = { first: 2, replay: 1, conflict: 1, inProgress: 1 } as const;
+import {
+  countPerDecision,
+  perCall,
+  type RedisTarget,
+  ROUND_TRIP_TARGETS,
+  type ServerPair,
+  serverPrefix,
+  VARIANT_LABEL,
+} from './calls.js';
+import { type Report, table, yesNo } from './harness.js';
 
 export async function measureRoundTrips(
   redis: TestRedis,
@@ -19,49 +23,28 @@ export async function measureRoundTrips(
   servers: ServerPair,
   calls: number,
 ): Promise<Report> {
-  const era = MODERN_PROTOCOL_VERSION;
-  const [fast, slow] = await Promise.all([servers.fast.connect(era), servers.slow.connect(era)]);
-  const variants = makeVariants(fast, slow, 'Redis round trips over stdio');
-  const rows = [];
-  try {
-    for (const name of ['first', 'replay', 'conflict', 'inProgress'] as const) {
-      const variant = variants[name];
-      const prefix = serverPrefix(keys, 'stdio', name === 'inProgress' ? 'slow' : 'fast');
-      await variant.prepare?.(calls);
-      const { commands } = await commandsDuring([redis.admin], `${prefix}idem:`, async () => {
-        for (let i = 0; i < calls; i++) variant.check(await timed(() => variant.call(i)));
-      });
-      await variant.finish?.();
-      const sent: Record<string, number> = {};
-      for (const command of commands) sent[command] = (sent[command] ?? 0) + 1 / calls;
-      const perCall = commands.length / calls;
-      rows.push({
-        variant: name,
-        calls,
-        perCall,
-        sent,
-        target: TARGETS[name],
-        met: perCall <= TARGETS[name],
-      });
-    }
-  } finally {
-    await Promise.allSettled(Object.values(variants).map((variant) => variant.settle?.()));
-  }
+  const counted = await countPerDecision(servers, calls, async (name, run) => {
+    const prefix = serverPrefix(keys, servers.transport, name === 'inProgress' ? 'slow' : 'fast');
+    return (await commandsDuring([redis.admin], `${prefix}idem:`, run)).commands;
+  });
+  const rows = counted.map(({ variant, counted: commands }) => {
+    const target = ROUND_TRIP_TARGETS[variant];
+    const roundTrips = commands.length / calls;
+    return { variant, calls, roundTrips, sent: perCall(commands, calls), target, met: roundTrips <= target };
+  });
   return {
     title: 'Redis round trips per decision',
     how: `${calls} calls per decision through a stdio server with --store redis, counted on the Redis side with MONITOR.`,
     table: table(
       'decision | round trips | target | sent by the guard, per call',
       rows.map((row) => [
-        ...[VARIANT_LABEL[row.variant] ?? '', row.perCall.toFixed(2), `≤ ${row.target} ${yesNo(row.met)}`],
-        Object.entries(row.sent)
-          .map(([command, n]) => `${command} ${n.toFixed(2)}`)
-          .join(', '),
+        ...[VARIANT_LABEL[row.variant] ?? '', row.roundTrips.toFixed(2), `≤ ${row.target} ${yesNo(row.met)}`],
+        row.sent,
       ]),
     ),
     checks: rows.map((row) => ({
       target: `Redis store, ${VARIANT_LABEL[row.variant]}: ≤ ${row.target} round trip${row.target === 1 ? '' : 's'}`,
-      figure: row.perCall.toFixed(2),
+      figure: row.roundTrips.toFixed(2),
       met: row.met,
     })),
     figures: rows,

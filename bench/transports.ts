@@ -43,9 +43,11 @@ export const SETUPS: ReadonlyArray<[TransportName, StoreName, Era]> = [
   ['http', 'memory', LEGACY],
   ['http', 'redis', MODERN],
   ['http', 'redis', LEGACY],
+  ['http', 'postgres', MODERN],
+  ['http', 'postgres', LEGACY],
 ];
 
-/** The targets are for the memory store: with Redis a keyed call adds round trips, held to their count (redis.ts). */
+/** The targets are for the memory store: with Redis or Postgres a keyed call adds round trips, held to their count (redis.ts, postgres.ts). */
 const TARGETS: Record<TransportName, Record<string, number | undefined>> = {
   'in-process': { first: 1.1, replay: 1.0 },
   stdio: { first: 1.05, replay: 1.0 },
@@ -61,7 +63,7 @@ export async function measureTransports(
   const large = orderArgumentsOfSize(100 * 1_024);
   for (const [transport, store, era] of SETUPS) {
     const pair = servers(transport, store);
-    if (!pair) continue; // no Redis: said in the report
+    if (!pair) continue; // no Redis or no Postgres: said in the report
     const [fast, slow] = await Promise.all([pair.fast.connect(era), pair.slow.connect(era)]);
     const where = `${transport}, ${store} store, ${era}`;
     const afterRound = async () => void (await Promise.all([fast.refresh(), slow.refresh()]));
@@ -83,13 +85,17 @@ export async function measureTransports(
   }));
   const counts = Object.entries(plan.batchCalls).map(([name, n]) => `${name} ${n}`);
   const noRedis = servers('stdio', 'redis') ? '' : '\nRedis skipped: install redis-server or set REDIS_URL.';
+  const postgres = servers('http', 'postgres')
+    ? '\nPostgres: a private test cluster (fsync off, so commits cost less than on a durable one; every statement\n' +
+      'logged), else DATABASE_URL; its slow server charges in process (calls.ts says why).'
+    : '\nPostgres skipped: install PostgreSQL server binaries (initdb, pg_ctl) or set DATABASE_URL.';
   return {
     title: 'Per-call latency of tools/call, by transport, store and protocol era',
     how:
       `${plan.rounds} interleaved rounds (after ${plan.warmupRounds} of warm-up) of ${counts.join(', ')} calls ` +
       'per variant; one client, one call at a time.\n' +
       'ratio = median / the unkeyed median of the same group.\n' +
-      `In progress: the original runs on an identical server whose charge takes ${SLOW_CHARGE_MS} ms.${noRedis}`,
+      `In progress: the original runs on an identical server whose charge takes ${SLOW_CHARGE_MS} ms.${noRedis}${postgres}`,
     table: table(
       'transport | store | era | arguments | variant | median µs | p99 µs | ratio | target',
       rows.map((row) => [
