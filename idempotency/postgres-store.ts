@@ -438,10 +438,14 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     } catch (error) {
       throw new StoreUnavailableError(error);
     }
+    // A checked-out client has no listener of the pool's: if its connection breaks while the
+    // tool holds it (Postgres restarted mid-charge), the unheard 'error' would kill the process.
+    // Heard, it only fails the transaction's next statement, and the call fails closed.
+    client.on('error', this.options.onError);
     try {
       await this.bounded(client.query('BEGIN ISOLATION LEVEL READ COMMITTED'));
     } catch (error) {
-      client.release(true);
+      this.releaseTransaction(client, true);
       throw new StoreUnavailableError(error);
     }
     this.transactions.set(ticket.token, client);
@@ -551,18 +555,18 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     try {
       const result = await this.bounded(tx.query(this.sql.settle, values));
       await this.bounded(tx.query(result.rowCount === 1 ? 'COMMIT' : 'ROLLBACK'));
-      tx.release();
+      this.releaseTransaction(tx, false);
       return result.rowCount === 1;
     } catch (error) {
       if (error instanceof pg.DatabaseError && error.code === IN_FAILED_SQL_TRANSACTION) {
         await this.bounded(tx.query('ROLLBACK'))
-          .then(() => tx.release())
-          .catch(() => tx.release(true));
+          .then(() => this.releaseTransaction(tx, false))
+          .catch(() => this.releaseTransaction(tx, true));
         return 'aborted';
       }
       // Whether COMMIT took is unknown: the connection is in no state to reuse. Both committed,
       // or neither did; the caller is told to retry, which replays or executes once.
-      tx.release(true);
+      this.releaseTransaction(tx, true);
       throw new StoreUnavailableError(error);
     }
   }
@@ -574,11 +578,17 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     this.transactions.delete(ticket.token);
     try {
       await this.bounded(tx.query('ROLLBACK'));
-      tx.release();
+      this.releaseTransaction(tx, false);
     } catch {
       // A connection that cannot roll back is destroyed, and Postgres rolls back for it.
-      tx.release(true);
+      this.releaseTransaction(tx, true);
     }
+  }
+
+  /** Hands a transaction's connection back (`destroy`: closes it instead), without `begin`'s listener. */
+  private releaseTransaction(tx: pg.PoolClient, destroy: boolean): void {
+    tx.removeListener('error', this.options.onError);
+    tx.release(destroy);
   }
 
   /**

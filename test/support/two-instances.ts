@@ -1,5 +1,5 @@
-// Two stateless HTTP instances sharing one Redis store, written once and run against one
-// Redis and against a Redis Cluster: a client whose retry lands on whichever instance the load
+// Two stateless HTTP instances sharing one store, written once and run against one Redis, a
+// Redis Cluster and one Postgres: a client whose retry lands on whichever instance the load
 // balancer picks. The SEP's MUST for such deployments is a shared store; this is what it buys.
 
 import { randomUUID } from 'node:crypto';
@@ -14,7 +14,7 @@ import { connectHttpClient, type HttpInstance, startHttpInstance } from './http.
 import { commandsDuring, uniqueKeyPrefix } from './redis.js';
 import { textOf } from './sep-cases.js';
 
-/** Where the instances keep their records and their ledger. */
+/** Where the instances keep their records and their ledger: one Redis, or a Redis Cluster. */
 export interface SharedRedis {
   /** The server options that point an instance at it, every key under `prefix`. */
   args(prefix: string): string[];
@@ -22,17 +22,46 @@ export interface SharedRedis {
   admins(): RedisClientType[];
 }
 
+/** Where the instances keep their records and their ledger, whatever the store. */
+export interface SharedStore {
+  /** A key or table prefix of its own, for this describe's records and ledger. */
+  prefix: string;
+  /** The server options that point an instance at it, everything under `prefix`. */
+  args(prefix: string): string[];
+  /**
+   * What the guard (and a tool writing in its record's transaction) sent the store while
+   * `action` ran, one list of commands per node; undefined where it cannot be watched.
+   */
+  roundTrips?<T>(prefix: string, action: () => Promise<T>): Promise<{ perNode: string[][]; value: T }>;
+  /** What those lists hold for a keyed charge's first execution, and for its replay. */
+  cost: { firstExecution: string[]; replay: string[] };
+}
+
 const CHARGE_MS = 400;
 
 /** Skipped, as the file's other Redis tests are, when `redis` is undefined. */
 export function describeTwoInstances(where: string, redis: SharedRedis | undefined): void {
-  describe.skipIf(!redis)(`two instances sharing ${where}`, () => {
+  describeTwoInstancesOn(
+    where,
+    redis && {
+      prefix: uniqueKeyPrefix('scale'),
+      args: (prefix) => redis.args(prefix),
+      roundTrips: async (prefix, action) => commandsDuring(redis.admins(), `${prefix}idem:`, action),
+      // claim and complete, then one claim that finds the record: each an EVAL.
+      cost: { firstExecution: ['EVAL', 'EVAL'], replay: ['EVAL'] },
+    },
+  );
+}
+
+/** Skipped, as the file's other tests of that store are, when `store` is undefined. */
+export function describeTwoInstancesOn(where: string, store: SharedStore | undefined): void {
+  describe.skipIf(!store)(`two instances sharing ${where}`, () => {
     const shared = () => {
-      if (!redis) throw new Error('unreachable: skipped without Redis');
-      return redis;
+      if (!store) throw new Error('unreachable: skipped without a shared store');
+      return store;
     };
     const tokens = { alice: 'token-a', aliceReadOnly: 'token-r', bob: 'token-b' };
-    const prefix = uniqueKeyPrefix('scale');
+    const prefix = store?.prefix ?? '';
     let a: HttpInstance;
     let b: HttpInstance;
     let clients: Client[] = [];
@@ -72,24 +101,31 @@ export function describeTwoInstances(where: string, redis: SharedRedis | undefin
       expect(await balanceOf(await connect(b, tokens.alice))).toBe(100);
     });
 
-    it('spends two round trips on the store for a first execution, one for the replay on the other instance, all on one node', async () => {
-      const [viaA, viaB] = [await connect(a, tokens.alice), await connect(b, tokens.alice)];
-      const call = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: randomUUID() };
-      const guardCommands = (action: () => Promise<unknown>) =>
-        commandsDuring(shared().admins(), `${prefix}idem:`, action);
+    const cost = store?.cost ?? { firstExecution: [], replay: [] };
+    it.skipIf(!store?.roundTrips)(
+      `spends ${cost.firstExecution.length} round trips on the store for a first execution, ` +
+        `${cost.replay.length} for the replay on the other instance, all on one node`,
+      async () => {
+        const [viaA, viaB] = [await connect(a, tokens.alice), await connect(b, tokens.alice)];
+        const call = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: randomUUID() };
+        const roundTrips = (action: () => Promise<unknown>) => {
+          const watch = shared().roundTrips;
+          if (!watch) throw new Error('unreachable: skipped where round trips cannot be watched');
+          return watch(prefix, action);
+        };
 
-      const first = await guardCommands(() => callTool(viaA, call));
-      const replay = await guardCommands(() => callTool(viaB, call));
+        const first = await roundTrips(() => callTool(viaA, call));
+        const replay = await roundTrips(() => callTool(viaB, call));
 
-      // claim and complete, then one claim that finds the record: each an EVAL, on the node of
-      // alice's scope, and nothing on any other node.
-      expect(first.commands).toStrictEqual(['EVAL', 'EVAL']);
-      expect(replay.commands).toStrictEqual(['EVAL']);
-      const owner = first.perNode.findIndex((commands) => commands.length > 0);
-      expect(replay.perNode[owner]).toStrictEqual(['EVAL']);
-      expect(replay.value).toStrictEqual(first.value);
-      expect(await balanceOf(viaB)).toBe(100);
-    });
+        // All on the node of alice's scope, and nothing on any other node.
+        expect(first.perNode.flat()).toStrictEqual(cost.firstExecution);
+        expect(replay.perNode.flat()).toStrictEqual(cost.replay);
+        const owner = first.perNode.findIndex((commands) => commands.length > 0);
+        expect(replay.perNode[owner]).toStrictEqual(cost.replay);
+        expect(replay.value).toStrictEqual(first.value);
+        expect(await balanceOf(viaB)).toBe(100);
+      },
+    );
 
     it('executes 20 concurrent duplicates spread over both instances exactly once', async () => {
       const call = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: randomUUID() };
