@@ -8,17 +8,17 @@
 
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connect, type Era, type Peer } from '../checker/wire.js';
-import { callTool, MODERN_PROTOCOL_VERSION } from '../idempotency/client.js';
 import {
   IdempotencyErrorType,
   INTERNAL_ERROR,
   INVALID_PARAMS,
   idempotencyErrorOf,
   Messages,
-} from '../idempotency/index.js';
-import { DEFAULT_POSTGRES_APPLICATION_NAME } from '../idempotency/postgres-store.js';
+} from 'mcp-request-idempotency';
+import { callTool, MODERN_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
+import { DEFAULT_POSTGRES_APPLICATION_NAME } from 'mcp-request-idempotency/postgres';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connect, type Era, type Peer } from '../checker/wire.js';
 import { balanceOf, connectToServer, ERAS, type ServerConnection } from '../launch.js';
 import { postRaw } from './support/hostile.js';
 import { connectHttp, connectHttpClient, type HttpInstance, startHttpInstance } from './support/http.js';
