@@ -19,7 +19,7 @@
 // two scopes, hence two provider keys, and a client cannot pick the key the provider sees.
 
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { createHash, randomUUID } from 'node:crypto';
+import { hash, randomUUID } from 'node:crypto';
 
 /** What the guard knows of one execution of a tool, for the tool's outbound calls. */
 export class ToolExecution {
@@ -65,10 +65,9 @@ export class ToolExecution {
     const origin =
       this.idempotencyKey === undefined ? ['execution', this.unkeyedSeed()] : ['mcp', this.idempotencyKey];
     // JSON of an array of strings is an unambiguous encoding: no two tuples give one string.
-    const digest = createHash('sha256')
-      .update(JSON.stringify([PROVIDER_KEY_VERSION, this.scope, ...origin, this.tool, operation]))
-      .digest('base64url');
-    return `${PROVIDER_KEY_PREFIX}${digest}`;
+    // (The one-shot `hash` costs about half of a `createHash` chain for an input this small.)
+    const tuple = JSON.stringify([PROVIDER_KEY_VERSION, this.scope, ...origin, this.tool, operation]);
+    return `${PROVIDER_KEY_PREFIX}${hash('sha256', tuple, 'base64url')}`;
   }
 
   /**
