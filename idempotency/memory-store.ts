@@ -4,7 +4,6 @@
 // stateless deployment must share one store instead (see redis-store.ts): a retry that
 // lands on another instance finds nothing in this one's memory.
 
-import { randomUUID } from 'node:crypto';
 import type { Fingerprint } from './fingerprint.js';
 import {
   type Claim,
@@ -72,6 +71,8 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   readonly maxBytesPerScope: number;
   private readonly now: () => number;
   private bytes = 0;
+  /** Claims made so far; the latest one's number is its token. */
+  private claims = 0;
   private readonly usage = new Map<string, ScopeUsage>();
   // One map per state, each in insertion order. The guard uses one lease and one retention per
   // state, so insertion order is expiry order and expired records are at the front: evicting
@@ -194,7 +195,9 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     expiresAt: number,
     resumed: StoredRecord | undefined,
   ): Claim {
-    const token = randomUUID();
+    // Unique among this store's claims, which is all a token must be: the store is in process, so
+    // a counter is enough, where a UUID cost a call into the CSPRNG per claim.
+    const token = String(++this.claims);
     const bytes = resumed ? resumed.bytes : 0;
     this.inProgress.set(slot, { scope: id.scope, fingerprint, token, expiresAt, bytes, resumed });
     // Members written out, not `{ ...id, fingerprint, token }`: V8 (Node 20) takes a slow
