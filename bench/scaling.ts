@@ -19,8 +19,8 @@ import { connectInProcess } from '../test/support/in-process.js';
 import { chargeResult, type Endpoint, makeVariants } from './calls.js';
 import { answerIfMain, int, interleave, type Report, table, us, type Variant } from './harness.js';
 
-/** "Flat": the median with the most records stored within 10% of the median with the fewest. */
-const FLAT = 1.1;
+/** "Flat": the median with the most records stored within 5% of the median with the fewest. */
+const FLAT = 1.05;
 
 async function main([rounds = 10, batch = 500, ...sizes]: number[]): Promise<Report> {
   const started = performance.now();

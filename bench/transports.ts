@@ -47,12 +47,23 @@ export const SETUPS: ReadonlyArray<[TransportName, StoreName, Era]> = [
   ['http', 'postgres', LEGACY],
 ];
 
-/** The targets are for the memory store: with Redis or Postgres a keyed call adds round trips, held to their count (redis.ts, postgres.ts). */
+/**
+ * Ratios to the unkeyed call of the same group. The memory store's, per transport; a network
+ * store's first execution adds its two round trips, held to their count too (redis.ts, postgres.ts).
+ */
 const TARGETS: Record<TransportName, Record<string, number | undefined>> = {
-  'in-process': { first: 1.1, replay: 1.0 },
-  stdio: { first: 1.05, replay: 1.0 },
-  http: { first: 1.05, replay: 1.0 },
+  'in-process': { first: 1.1, replay: 1.0, conflict: 1.05, inProgress: 1.05 },
+  stdio: { first: 1.05, replay: 1.02, conflict: 1.05, inProgress: 1.05 },
+  http: { first: 1.05, replay: 1.0, conflict: 1.05, inProgress: 1.05 },
 };
+const FIRST_EXECUTION_TARGETS: Record<string, number> = { redis: 1.1, postgres: 1.15, '100 KB': 1.2 };
+
+function targetOf(row: { transport: TransportName; store: StoreName; variant: string; arguments: string }) {
+  if (!row.arguments.startsWith('{'))
+    return row.variant === 'first' ? FIRST_EXECUTION_TARGETS['100 KB'] : undefined;
+  if (row.store === 'memory') return TARGETS[row.transport][row.variant];
+  return row.variant === 'first' && row.transport === 'http' ? FIRST_EXECUTION_TARGETS[row.store] : undefined;
+}
 
 export async function measureTransports(
   servers: (transport: TransportName, store: StoreName) => ServerPair | undefined,
@@ -78,10 +89,7 @@ export async function measureTransports(
   }
   const rows = (await interleave(groups, plan, progress)).map((row) => ({
     ...row,
-    target:
-      row.store === 'memory' && row.arguments.startsWith('{')
-        ? TARGETS[row.transport][row.variant]
-        : undefined,
+    target: targetOf(row),
   }));
   const counts = Object.entries(plan.batchCalls).map(([name, n]) => `${name} ${n}`);
   const noRedis = servers('stdio', 'redis') ? '' : '\nRedis skipped: install redis-server or set REDIS_URL.';
@@ -105,7 +113,8 @@ export async function measureTransports(
       ]),
     ),
     checks: rows.flatMap(({ target, ...row }) => {
-      const what = `${row.transport}, ${row.store}, ${row.era}, ${VARIANT_LABEL[row.variant]}`;
+      const size = row.arguments.startsWith('{') ? '' : `, ${row.arguments.split(' (')[0]}`;
+      const what = `${row.transport}, ${row.store}, ${row.era}${size}, ${VARIANT_LABEL[row.variant]}`;
       const figure = `${row.ratio.toFixed(3)} × (${row.medianUs.toFixed(1)} µs)`;
       return target === undefined
         ? []
