@@ -596,8 +596,10 @@ describe('malformed and hostile input over HTTP, as raw POST bodies', () => {
         },
       });
     }
-    // Buffered, they would have added 300 MB.
-    expect(after - before).toBeLessThan(100);
+    // Buffered, they would have added 300 MB (all three at once: none is answered before its whole
+    // body would be read). Streamed past, Node 20 grows under 10 MB, Node 24 80 to 115 MB (memory
+    // freed by the chunks' garbage, not yet returned: pinning V8's young generation changes nothing).
+    expect(after - before).toBeLessThan(150);
     expect(await balance()).toBeTypeOf('number');
   }, 60_000);
 
