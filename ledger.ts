@@ -10,7 +10,7 @@
 // arrive, or for the client to give up waiting.
 
 import { currentExecution } from 'mcp-request-idempotency';
-import { postgresTransaction } from 'mcp-request-idempotency/postgres';
+import { checkedTablePrefix, postgresTransaction } from 'mcp-request-idempotency/postgres';
 import type { RedisClient } from 'mcp-request-idempotency/redis';
 import type pg from 'pg';
 
@@ -284,34 +284,41 @@ function receiptOf(text: string): ProviderReceipt {
   } catch {
     parsed = undefined;
   }
-  const id = typeof parsed === 'object' && parsed !== null ? Reflect.get(parsed, 'id') : undefined;
-  if (typeof id !== 'string')
-    // It answered 200 and may well have committed, but said nothing readable: unknown.
+  const id = fieldOf(parsed, 'id');
+  const amount = fieldOf(parsed, 'amount');
+  const balance = fieldOf(parsed, 'balance');
+  if (typeof id !== 'string' || typeof amount !== 'number' || typeof balance !== 'number')
+    // It answered 200 and may well have committed, but not what it committed: unknown.
     throw unknownOutcome(
       new ProviderUnavailable(1, `an unreadable 200 (${JSON.stringify(text.slice(0, 40))})`),
     );
-  return { id, amount: numberField(parsed, 'amount'), balance: numberField(parsed, 'balance') };
+  return { id, amount, balance };
 }
 
 function errorOf(text: string): { type: string; message: string } {
+  let error: unknown;
   try {
-    const error: unknown = Reflect.get(JSON.parse(text), 'error');
-    const type = typeof error === 'object' && error !== null ? Reflect.get(error, 'type') : undefined;
-    const message = typeof error === 'object' && error !== null ? Reflect.get(error, 'message') : undefined;
-    return {
-      type: typeof type === 'string' ? type : 'unknown',
-      message: typeof message === 'string' ? message : text,
-    };
+    error = fieldOf(JSON.parse(text), 'error');
   } catch {
     return { type: 'unknown', message: text.slice(0, 200) };
   }
+  const type = fieldOf(error, 'type');
+  const message = fieldOf(error, 'message');
+  return {
+    type: typeof type === 'string' ? type : 'unknown',
+    message: typeof message === 'string' ? message : text.slice(0, 200),
+  };
 }
 
 function numberField(value: unknown, name: string): number {
-  const field = typeof value === 'object' && value !== null ? Reflect.get(value, name) : undefined;
+  const field = fieldOf(value, name);
   if (typeof field !== 'number')
     throw new Error(`the payment provider's answer has no ${name}: ${JSON.stringify(value)}`);
   return field;
+}
+
+function fieldOf(value: unknown, name: string): unknown {
+  return typeof value === 'object' && value !== null ? Reflect.get(value, name) : undefined;
 }
 
 /** `Retry-After` in seconds (the only form the wire uses); anything else is ignored. */
@@ -323,7 +330,7 @@ function retryAfterOf(header: string | null): number | undefined {
 function describeFailure(error: unknown): string {
   if (error instanceof Error && error.name === 'TimeoutError') return 'timed out';
   const cause = error instanceof Error ? error.cause : undefined;
-  const code = typeof cause === 'object' && cause !== null ? Reflect.get(cause, 'code') : undefined;
+  const code = fieldOf(cause, 'code');
   return typeof code === 'string' ? code : error instanceof Error ? error.message : String(error);
 }
 
@@ -363,7 +370,7 @@ export class PostgresLedger implements Ledger {
   ) {}
 
   static async open(pool: pg.Pool, prefix: string, latencyMs = 0): Promise<PostgresLedger> {
-    if (!/^[a-z_][a-z0-9_]{0,40}$/.test(prefix)) throw new RangeError(`not a table prefix: "${prefix}"`);
+    checkedTablePrefix(prefix);
     // Instances that start together must not race to create the tables.
     const client = await pool.connect();
     try {

@@ -165,7 +165,7 @@ export interface PostgresConnectOptions {
 
 /** The SQL that creates (or, for the functions, updates) the store's schema under `tablePrefix`. */
 export function migrationOf(tablePrefix: string): string {
-  const p = checkedPrefix(tablePrefix);
+  const p = checkedTablePrefix(tablePrefix);
   return `
 CREATE TABLE IF NOT EXISTS ${p}records (
   scope           text        NOT NULL,
@@ -357,7 +357,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     private readonly livenessConfig: pg.ClientConfig,
     private readonly options: PostgresStoreOptions & { onError: (error: unknown) => void },
   ) {
-    this.tablePrefix = checkedPrefix(options.tablePrefix ?? DEFAULT_POSTGRES_TABLE_PREFIX);
+    this.tablePrefix = checkedTablePrefix(options.tablePrefix ?? DEFAULT_POSTGRES_TABLE_PREFIX);
     this.statementTimeoutMs = options.statementTimeoutMs ?? DEFAULT_POSTGRES_STATEMENT_TIMEOUT_MS;
     this.maxRecordsPerScope = positiveInteger(
       'maxRecordsPerScope',
@@ -780,7 +780,8 @@ function isDiskFull(error: unknown): boolean {
   return error instanceof pg.DatabaseError && error.code === '53100';
 }
 
-function checkedPrefix(prefix: string): string {
+/** A table prefix Postgres takes as part of an identifier, or a RangeError saying why not. */
+export function checkedTablePrefix(prefix: string): string {
   if (!TABLE_PREFIX_PATTERN.test(prefix)) {
     throw new RangeError(
       `a Postgres table prefix must be lower case letters, digits and _ (at most 40): "${prefix}"`,

@@ -5,11 +5,18 @@
 // the judge: where the key is carried, each MCP operation is committed exactly once.
 
 import { randomUUID } from 'node:crypto';
+import { createServer } from 'node:http';
 import type { CallToolResult, Client } from '@modelcontextprotocol/client';
-import { IdempotencyErrorType, idempotencyErrorOf } from 'mcp-request-idempotency';
+import {
+  IdempotencyErrorType,
+  idempotencyErrorOf,
+  runExecution,
+  ToolExecution,
+} from 'mcp-request-idempotency';
 import { callTool, type KeyedToolCall } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectToServer, type ServerConnection } from '../launch.js';
+import { ProviderLedger } from '../ledger.js';
 import { connectHttpClient, startHttpInstance } from './support/http.js';
 import {
   PROVIDER_IMPLEMENTATIONS,
@@ -356,3 +363,29 @@ function describeHostile(implementation: ProviderImplementation): void {
 }
 
 for (const implementation of PROVIDER_IMPLEMENTATIONS) describeHostile(implementation);
+
+describe('a provider whose 200 leaves out what it committed', () => {
+  it('is an unknown outcome, not a failure to record: the guard is told, and nothing is retried in the loop', async () => {
+    let requests = 0;
+    const server = createServer((_request, response) => {
+      requests += 1;
+      response.writeHead(200, { 'content-type': 'application/json' }).end('{"id":"ch_1","amount":100}');
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const address = server.address();
+    if (typeof address !== 'object' || address === null) throw new Error('the stand-in provider has no port');
+    const { port } = address;
+    try {
+      const ledger = new ProviderLedger(new URL(`http://127.0.0.1:${port}`));
+      const execution = new ToolExecution('local', 'charge_guarded', randomUUID());
+      const charge = runExecution(execution, () =>
+        ledger.charge(100, { idempotencyKey: execution.providerKey('charge') }),
+      );
+      await expect(charge).rejects.toThrow(/whether it committed is unknown/);
+      expect(execution.outcomeUnknown).toMatch(/an unreadable 200/);
+      expect(requests).toBe(1);
+    } finally {
+      server.close();
+    }
+  });
+});
