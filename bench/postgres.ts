@@ -3,7 +3,7 @@
 // For each decision, N calls through a real HTTP server with `--store postgres`, and the
 // statements the private cluster logged meanwhile from the server's sessions (log_statement = all,
 // read by test/support/postgres.ts's `statementsDuring` by application name; one statement, one
-// round trip). The server's Postgres ledger shares the store's pool, so its sessions carry the
+// round trip, but for a transaction's COMMIT, which goes out with the record before its answer). The server's Postgres ledger shares the store's pool, so its sessions carry the
 // same application name: its statements are told apart by text instead. The ledger's name its own
 // tables; BEGIN and COMMIT are the transaction it asks for, so that a keyed charge commits with its
 // record or not at all; anything else is counted as the store's, so a statement misread cannot
@@ -29,7 +29,8 @@ function senderOf(statement: string, ledgerTables: string): { sender: Sender; na
   const [first = ''] = statement.trimStart().split(/\s/, 1);
   if (/^(BEGIN|COMMIT|ROLLBACK)$/i.test(first)) return { sender: 'transaction', name: first };
   if (statement.includes(ledgerTables)) return { sender: 'ledger', name: 'charge' };
-  return { sender: 'store', name: statement.includes('claim(') ? 'claim' : first };
+  const name = ['claim', 'settle'].find((fn) => statement.includes(`${fn}(`)) ?? first;
+  return { sender: 'store', name };
 }
 
 export async function measureStatements(
@@ -59,8 +60,9 @@ export async function measureStatements(
       `${calls} calls per decision through an HTTP server with --store postgres and its Postgres ledger, ` +
       'counted on the Postgres side from its statement log (log_statement = all).\n' +
       "Store: the store's own statements, the target. Transaction: BEGIN and COMMIT around the ledger's write and\n" +
-      'the record, which commit together or not at all: what that atomicity costs. Ledger: the charge itself,\n' +
-      'which an unkeyed call sends too. In progress is answered by the slow server, whose ledger is in process.',
+      'the record, which commit together or not at all: what that atomicity costs (COMMIT is sent with the record,\n' +
+      'so only BEGIN is a round trip of its own). Ledger: the charge itself, which an unkeyed call sends too.\n' +
+      'In progress is answered by the slow server, whose ledger is in process.',
     table: table(
       'decision | store | target | transaction | ledger | sent per call',
       rows.map((row) => [

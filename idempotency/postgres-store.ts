@@ -5,8 +5,8 @@
 // and each is atomic on its own; no transaction is ever held open across a tool's call:
 //   claim    = SELECT claim(…): "the record if there is one; else, within the caller's quota, my
 //              claim, with a lease, stamped with my liveness session"   (1 round trip)
-//   complete = UPDATE "replace it only if it is still my claim"   (1; `awaitInput` the same,
-//              writing an awaiting-input record)
+//   complete = SELECT settle(…): "replace it only if it is still my claim"   (1; `awaitInput` the
+//              same, writing an awaiting-input record)
 //   release  = DELETE (or put back the awaiting-input record it resumed) "only if mine"   (1)
 //   renew    = UPDATE "extend its lease only if it is still my claim"   (1, once per third of a lease)
 // A replay, a conflict and an in-progress answer cost one round trip; a first execution two.
@@ -43,7 +43,10 @@
 // transaction (`postgresTransaction()`, through the guard's execution context): the store begins it
 // on a pooled connection (BEGIN, READ COMMITTED), the tool writes through it, and `complete`
 // records the response in it and commits: the side effect and its record are durable together, or
-// neither is. A crash at any point rolls the transaction back (Postgres ends a dead client's
+// neither is. The record and its COMMIT are sent together, one round trip (the pool's connections
+// are pipelined): the record raises if its claim has lost the key, which turns that COMMIT into a
+// ROLLBACK. BEGIN is not sent ahead with the tool's first statement: each pipelined statement has
+// its own Sync, so a BEGIN that failed would leave the tool's statements to commit one by one. A crash at any point rolls the transaction back (Postgres ends a dead client's
 // session), and the claim's holder is dead, so the retry takes the key over at once and executes
 // once. READ COMMITTED is enough, and the strictest level that never refuses a commit: the tool's
 // writes are single-statement read-modify-writes (`balance = balance + $1`), which the row lock
@@ -120,6 +123,9 @@ const LIVENESS_KEEPALIVES =
  * grows past its live records by much, at a bounded cost per claim.
  */
 const PRUNE_PER_CLAIM = 16;
+
+/** SQLSTATE the settle function raises for a claim that lost its key (PL/pgSQL's no_data_found). */
+const CLAIM_LOST = 'P0002';
 
 /** Prefixes become parts of SQL identifiers (at most 63 bytes each): lower case, digits and `_` only. */
 const TABLE_PREFIX_PATTERN = /^[a-z_][a-z0-9_]{0,39}$/;
@@ -228,8 +234,11 @@ BEGIN
     RETURN;
   END IF;
 
+  -- The oldest expired rows, by the expiry index: ORDER BY is what makes the planner take it. Without
+  -- it, a table it has not analyzed since it grew looks cheap to scan whole for 16 rows, and every
+  -- claim read every record (1 ms a claim at 10,000 records).
   DELETE FROM ${p}records r WHERE r.ctid = ANY (ARRAY(
-    SELECT e.ctid FROM ${p}records e WHERE e.expires_at <= now()
+    SELECT e.ctid FROM ${p}records e WHERE e.expires_at <= now() ORDER BY e.expires_at
     LIMIT ${PRUNE_PER_CLAIM} FOR UPDATE SKIP LOCKED));
   -- The caller's quota, without this key's own row: it is expired or its holder is dead.
   SELECT count(*), coalesce(sum(r.bytes), 0) INTO live_records, live_bytes FROM ${p}records r
@@ -247,7 +256,28 @@ BEGIN
       resumed_until = NULL;
   RETURN QUERY SELECT 'claimed', NULL::text, NULL::text;
 END
-$claim$;`;
+$claim$;
+
+-- Replaces my live claim with the final (or awaiting-input) record; answers whether it still was
+-- mine. With p_or_fail it raises instead of answering false: in a tool's transaction, whose COMMIT
+-- is already on its way behind it, the error is what makes Postgres roll the tool's writes back.
+CREATE OR REPLACE FUNCTION ${p}settle(
+  p_scope text, p_key text, p_token uuid, p_state text, p_response text, p_bytes bigint,
+  p_retention_ms bigint, p_or_fail boolean)
+RETURNS boolean
+LANGUAGE plpgsql AS $settle$
+BEGIN
+  UPDATE ${p}records r SET state = p_state, response = p_response, bytes = p_bytes,
+      expires_at = now() + p_retention_ms * interval '1 millisecond',
+      token = NULL, holder_pid = NULL, holder_started = NULL, resumed_until = NULL
+    WHERE r.scope = p_scope AND r.idempotency_key = p_key AND r.token = p_token
+      AND r.state = 'inProgress' AND r.expires_at > now();
+  IF NOT FOUND AND p_or_fail THEN
+    RAISE EXCEPTION 'the idempotency claim has lost its key' USING ERRCODE = '${CLAIM_LOST}';
+  END IF;
+  RETURN FOUND;
+END
+$settle$;`;
 }
 
 /** The schema under the default prefix, for an operator who applies migrations with psql. */
@@ -320,6 +350,8 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     } satisfies pg.ClientConfig;
     const pool = new pg.Pool({
       ...session,
+      // A transaction's record and its COMMIT go out together (see the file header).
+      pipeline: true,
       max: options.maxConnections ?? DEFAULT_POSTGRES_MAX_CONNECTIONS,
       // Bounds both a new connection and the wait for a free one: the guard must answer now.
       connectionTimeoutMillis: statementTimeoutMs,
@@ -540,35 +572,43 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       // wrote stands, and its answer (which says so, or should) is recorded on its own.
     }
     try {
-      const result = await this.bounded(this.pool.query(this.sql.settle, values));
-      return result.rowCount === 1;
+      const row = await this.one(this.sql.settle, values);
+      return row?.settled === true;
     } catch (error) {
       throw new StoreUnavailableError(error);
     }
   }
 
   /**
-   * Records the response in the tool's transaction and commits both; rolls both back if the claim
-   * lost its key meanwhile. 'aborted' when a statement of the tool's had already failed it.
+   * Records the response in the tool's transaction and commits both, in one round trip; rolls both
+   * back if the claim lost its key meanwhile. 'aborted' when a statement of the tool's had already
+   * failed the transaction.
    */
   private async settleIn(tx: pg.PoolClient, values: unknown[]): Promise<boolean | 'aborted'> {
-    try {
-      const result = await this.bounded(tx.query(this.sql.settle, values));
-      await this.bounded(tx.query(result.rowCount === 1 ? 'COMMIT' : 'ROLLBACK'));
-      this.releaseTransaction(tx, false);
-      return result.rowCount === 1;
-    } catch (error) {
-      if (error instanceof pg.DatabaseError && error.code === IN_FAILED_SQL_TRANSACTION) {
-        await this.bounded(tx.query('ROLLBACK'))
-          .then(() => this.releaseTransaction(tx, false))
-          .catch(() => this.releaseTransaction(tx, true));
-        return 'aborted';
-      }
+    // Pipelined: COMMIT is sent before the record's answer comes back. A record that fails (its
+    // claim lost the key, or the transaction was already failed) makes Postgres answer that
+    // COMMIT with ROLLBACK, so the COMMIT's answer says what stands.
+    const [recorded, committed] = await Promise.allSettled([
+      this.bounded(tx.query(this.sql.settleOrFail, values)),
+      this.bounded(tx.query('COMMIT')),
+    ]);
+    if (committed.status === 'rejected') {
       // Whether COMMIT took is unknown: the connection is in no state to reuse. Both committed,
       // or neither did; the caller is told to retry, which replays or executes once.
       this.releaseTransaction(tx, true);
-      throw new StoreUnavailableError(error);
+      throw new StoreUnavailableError(committed.reason);
     }
+    this.releaseTransaction(tx, false);
+    // Committed: the record took, since one that failed would have rolled the commit back.
+    if (committed.value.command === 'COMMIT') return true;
+    const failure = recorded.status === 'rejected' ? recorded.reason : undefined;
+    const code = failure instanceof pg.DatabaseError ? failure.code : undefined;
+    if (code === CLAIM_LOST) return false;
+    // A statement of the tool's failed, so its transaction could only roll back: nothing it
+    // wrote stands, and its answer (which says so, or should) is recorded on its own.
+    if (code === IN_FAILED_SQL_TRANSACTION) return 'aborted';
+    // Rolled back for another reason: neither stands, and the caller is told to retry.
+    throw new StoreUnavailableError(failure ?? new Error(`COMMIT answered ${committed.value.command}`));
   }
 
   /** Rolls back the claim's transaction, if its tool began one: nothing it wrote stands. */
@@ -695,6 +735,8 @@ type Row = Record<string, unknown>;
 interface Statements {
   claim: string;
   settle: string;
+  /** The settle of a tool's transaction: raises (CLAIM_LOST) where `settle` answers false. */
+  settleOrFail: string;
   release: string;
   renew: string;
   restamp: string;
@@ -709,10 +751,8 @@ function statementsOf(p: string): Statements {
   return {
     claim: `SELECT answer, fingerprint, response FROM ${p}claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
     // $4 the state, $5 the response's JSON, $6 its size, $7 the retention in ms.
-    settle: `UPDATE ${p}records SET state = $4, response = $5, bytes = $6,
-        expires_at = now() + $7 * interval '1 millisecond',
-        token = NULL, holder_pid = NULL, holder_started = NULL, resumed_until = NULL
-      WHERE ${mine}`,
+    settle: `SELECT ${p}settle($1, $2, $3, $4, $5, $6, $7, false) AS settled`,
+    settleOrFail: `SELECT ${p}settle($1, $2, $3, $4, $5, $6, $7, true) AS settled`,
     // Nothing ran: a fresh claim's row goes; a continuation's puts back the awaiting-input record
     // it took over, with that record's own expiry (already passed, it is as good as gone).
     release: `WITH gone AS (

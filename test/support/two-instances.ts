@@ -103,7 +103,7 @@ export function describeTwoInstancesOn(where: string, store: SharedStore | undef
 
     const cost = store?.cost ?? { firstExecution: [], replay: [] };
     it.skipIf(!store?.roundTrips)(
-      `spends ${cost.firstExecution.length} round trips on the store for a first execution, ` +
+      `sends the store ${cost.firstExecution.length} commands for a first execution, ` +
         `${cost.replay.length} for the replay on the other instance, all on one node`,
       async () => {
         const [viaA, viaB] = [await connect(a, tokens.alice), await connect(b, tokens.alice)];
