@@ -7,11 +7,14 @@
 //              claim, with a lease, stamped with my liveness session"   (1 round trip)
 //   complete = SELECT settle(…): "replace it only if it is still my claim"   (1; `awaitInput` the
 //              same, writing an awaiting-input record)
-//   release  = DELETE (or put back the awaiting-input record it resumed) "only if mine"   (1)
+//   release  = SELECT release(…): delete it (or put back the awaiting-input record it resumed),
+//              "only if mine"   (1)
 //   renew    = UPDATE "extend its lease only if it is still my claim"   (1, once per third of a lease)
 // A replay, a conflict and an in-progress answer cost one round trip; a first execution two.
-// Expired rows are treated as absent by every statement, and each claim that writes deletes a
-// few of them, so nothing sweeps on a timer.
+// Expired rows are treated as absent by every statement, and each claim that writes deletes its
+// caller's and a few of anyone's, so nothing sweeps on a timer. A caller's quota is read from one
+// row of its usage, which every function keeps as it writes: a claim costs the same however many
+// records its caller holds (counting them cost a scan of all of them, 1.8 ms at 10,000).
 //
 // --- A dead holder is seen at once ---
 // A lease alone makes the retry of a call whose process died wait out the lease (two minutes by
@@ -58,8 +61,9 @@
 // call); it gets the provider's idempotency key instead (`providerKey`).
 //
 // --- Schema ---
-// One table, plain SQL below (`migrationOf`), applied by `migratePostgresStore` (by `connect` unless
-// told not to), every name under a configurable prefix so tests and tenants do not collide.
+// Two tables (the records, and each caller's usage), plain SQL below (`migrationOf`), applied by
+// `migratePostgresStore` (by `connect` unless told not to), every name under a configurable prefix
+// so tests and tenants do not collide.
 
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
@@ -172,6 +176,8 @@ export interface PostgresConnectOptions {
 /** The SQL that creates (or, for the functions, updates) the store's schema under `tablePrefix`. */
 export function migrationOf(tablePrefix: string): string {
   const p = checkedTablePrefix(tablePrefix);
+  // Every statement that changes what a scope holds takes that scope's advisory lock first.
+  const lockScope = (scope: string) => `PERFORM pg_advisory_xact_lock(hashtext('${p}'), hashtext(${scope}));`;
   return `
 CREATE TABLE IF NOT EXISTS ${p}records (
   scope           text        NOT NULL,
@@ -187,16 +193,68 @@ CREATE TABLE IF NOT EXISTS ${p}records (
   resumed_until   timestamptz,
   PRIMARY KEY (scope, idempotency_key)
 );
--- What a claim's quota counts, and what it prunes.
+-- What a claim prunes: its own scope's expired rows, and the oldest of anyone's.
 CREATE INDEX IF NOT EXISTS ${p}records_scope_expiry ON ${p}records (scope, expires_at);
 CREATE INDEX IF NOT EXISTS ${p}records_expiry ON ${p}records (expires_at);
+
+-- What each scope's rows add up to, expired or not: its quota's count, read by a claim in one
+-- lookup, where counting the rows cost a claim a scan of all its caller's records. Kept by every
+-- function below, each under the scope's advisory lock. Created with the counts of the rows already
+-- there (a table of an earlier version); instances of an earlier version would not keep it.
+DO $usage$ BEGIN
+  IF to_regclass('${p}usage') IS NULL THEN
+    CREATE TABLE ${p}usage (
+      scope   text   PRIMARY KEY,
+      records bigint NOT NULL,
+      bytes   bigint NOT NULL
+    );
+    INSERT INTO ${p}usage SELECT scope, count(*), sum(bytes) FROM ${p}records GROUP BY scope;
+  END IF;
+END $usage$;
+
+-- Adds to a scope's usage; a scope left with no rows has none.
+CREATE OR REPLACE FUNCTION ${p}count(p_scope text, p_records bigint, p_bytes bigint)
+RETURNS void
+LANGUAGE plpgsql AS $count$
+DECLARE
+  left_records bigint;
+BEGIN
+  IF p_records = 0 AND p_bytes = 0 THEN RETURN; END IF;
+  INSERT INTO ${p}usage AS u (scope, records, bytes) VALUES (p_scope, p_records, p_bytes)
+    ON CONFLICT (scope) DO UPDATE SET records = u.records + EXCLUDED.records, bytes = u.bytes + EXCLUDED.bytes
+    RETURNING u.records INTO left_records;
+  IF left_records = 0 THEN DELETE FROM ${p}usage u WHERE u.scope = p_scope; END IF;
+END
+$count$;
+
+-- Deletes expired rows of one scope, the oldest up to p_limit (all of them if NULL), and
+-- uncounts them. The caller holds the scope's advisory lock.
+CREATE OR REPLACE FUNCTION ${p}prune(p_scope text, p_limit integer)
+RETURNS void
+LANGUAGE plpgsql AS $prune$
+DECLARE
+  gone_records bigint;
+  gone_bytes bigint;
+BEGIN
+  WITH gone AS (
+    DELETE FROM ${p}records r WHERE r.ctid = ANY (ARRAY(
+      SELECT e.ctid FROM ${p}records e WHERE e.scope = p_scope AND e.expires_at <= now()
+      ORDER BY e.expires_at LIMIT p_limit FOR UPDATE))
+    RETURNING r.bytes)
+  SELECT count(*), coalesce(sum(gone.bytes), 0) INTO gone_records, gone_bytes FROM gone;
+  PERFORM ${p}count(p_scope, -gone_records, -gone_bytes);
+END
+$prune$;
 
 -- It may not look it, but this is safe from races across any number of instances. Every claim of
 -- a scope first takes that scope's transaction-level advisory lock, so claims of one scope run
 -- one at a time: of N concurrent claims of one key exactly one finds it free, and the quota
--- counts what no other claim can add to meanwhile. A complete, release or renew, which take no
--- such lock, is waited for by the FOR UPDATE row lock. Both locks end with the statement's own
--- transaction: nothing is held across a tool's call.
+-- counts what no other claim can add to meanwhile. Every other function that changes a scope's
+-- rows or usage takes the same lock, so the usage it reads is exact. A claim prunes other scopes
+-- only if their lock is free (pg_try_advisory_xact_lock): it never waits for a second scope,
+-- so no two statements can each hold the lock the other waits for. Renew takes no lock: it
+-- changes only a live claim's lease, and the FOR UPDATE row lock orders it. Every lock ends with
+-- the statement's own transaction: nothing is held across a tool's call.
 -- Answers (answer, fingerprint, response): 'claimed'; 'resumed' (a continuation took over an
 -- awaiting-input record); 'quota'; or the live record's state, with its fingerprint and response.
 CREATE OR REPLACE FUNCTION ${p}claim(
@@ -206,17 +264,20 @@ RETURNS TABLE (answer text, fingerprint text, response text)
 LANGUAGE plpgsql AS $claim$
 DECLARE
   held ${p}records%ROWTYPE;
+  found_held boolean;
   live boolean;
   lease_end timestamptz := now() + p_lease_ms * interval '1 millisecond';
+  other_scope text;
   live_records bigint;
   live_bytes bigint;
 BEGIN
-  PERFORM pg_advisory_xact_lock(hashtext('${p}'), hashtext(p_scope));
+  ${lockScope('p_scope')}
   SELECT * INTO held FROM ${p}records r
     WHERE r.scope = p_scope AND r.idempotency_key = p_key AND r.expires_at > now()
     FOR UPDATE;
+  found_held := FOUND;
   -- An in-progress record whose holder session has ended is free: its process died.
-  live := FOUND AND (held.state <> 'inProgress' OR EXISTS (
+  live := found_held AND (held.state <> 'inProgress' OR EXISTS (
     SELECT 1 FROM pg_stat_activity a
     WHERE a.pid = held.holder_pid AND a.backend_start = held.holder_started));
 
@@ -234,15 +295,22 @@ BEGIN
     RETURN;
   END IF;
 
-  -- The oldest expired rows, by the expiry index: ORDER BY is what makes the planner take it. Without
-  -- it, a table it has not analyzed since it grew looks cheap to scan whole for 16 rows, and every
-  -- claim read every record (1 ms a claim at 10,000 records).
-  DELETE FROM ${p}records r WHERE r.ctid = ANY (ARRAY(
-    SELECT e.ctid FROM ${p}records e WHERE e.expires_at <= now() ORDER BY e.expires_at
-    LIMIT ${PRUNE_PER_CLAIM} FOR UPDATE SKIP LOCKED));
-  -- The caller's quota, without this key's own row: it is expired or its holder is dead.
-  SELECT count(*), coalesce(sum(r.bytes), 0) INTO live_records, live_bytes FROM ${p}records r
-    WHERE r.scope = p_scope AND r.expires_at > now() AND r.idempotency_key <> p_key;
+  -- This caller's expired rows go, each once, so its usage counts only live ones; then the
+  -- oldest expired rows of a few callers nobody is writing for, so no table keeps what expired.
+  PERFORM ${p}prune(p_scope, NULL);
+  FOR other_scope IN
+    SELECT DISTINCT e.scope FROM (SELECT e.scope FROM ${p}records e WHERE e.expires_at <= now()
+      ORDER BY e.expires_at LIMIT ${PRUNE_PER_CLAIM}) e
+  LOOP
+    IF pg_try_advisory_xact_lock(hashtext('${p}'), hashtext(other_scope)) THEN
+      PERFORM ${p}prune(other_scope, ${PRUNE_PER_CLAIM});
+    END IF;
+  END LOOP;
+
+  -- The caller's quota, without this key's own row: if one is left, its holder is dead.
+  SELECT u.records, u.bytes INTO live_records, live_bytes FROM ${p}usage u WHERE u.scope = p_scope;
+  live_records := coalesce(live_records, 0) - CASE WHEN found_held THEN 1 ELSE 0 END;
+  live_bytes := coalesce(live_bytes, 0) - CASE WHEN found_held THEN held.bytes ELSE 0 END;
   IF live_records >= p_max_records OR live_bytes >= p_max_bytes THEN
     RETURN QUERY SELECT 'quota', NULL::text, NULL::text;
     RETURN;
@@ -254,6 +322,9 @@ BEGIN
       fingerprint = EXCLUDED.fingerprint, response = NULL, bytes = 0, expires_at = EXCLUDED.expires_at,
       token = EXCLUDED.token, holder_pid = EXCLUDED.holder_pid, holder_started = EXCLUDED.holder_started,
       resumed_until = NULL;
+  -- A new row, or a dead holder's taken over with its size (a continuation's) let go.
+  PERFORM ${p}count(p_scope, CASE WHEN found_held THEN 0 ELSE 1 END,
+    CASE WHEN found_held THEN -held.bytes ELSE 0 END);
   RETURN QUERY SELECT 'claimed', NULL::text, NULL::text;
 END
 $claim$;
@@ -266,18 +337,55 @@ CREATE OR REPLACE FUNCTION ${p}settle(
   p_retention_ms bigint, p_or_fail boolean)
 RETURNS boolean
 LANGUAGE plpgsql AS $settle$
+DECLARE
+  counted bigint;
 BEGIN
+  ${lockScope('p_scope')}
+  SELECT r.bytes INTO counted FROM ${p}records r
+    WHERE r.scope = p_scope AND r.idempotency_key = p_key AND r.token = p_token
+      AND r.state = 'inProgress' AND r.expires_at > now()
+    FOR UPDATE;
+  IF NOT FOUND THEN
+    IF p_or_fail THEN
+      RAISE EXCEPTION 'the idempotency claim has lost its key' USING ERRCODE = '${CLAIM_LOST}';
+    END IF;
+    RETURN false;
+  END IF;
   UPDATE ${p}records r SET state = p_state, response = p_response, bytes = p_bytes,
       expires_at = now() + p_retention_ms * interval '1 millisecond',
       token = NULL, holder_pid = NULL, holder_started = NULL, resumed_until = NULL
-    WHERE r.scope = p_scope AND r.idempotency_key = p_key AND r.token = p_token
-      AND r.state = 'inProgress' AND r.expires_at > now();
-  IF NOT FOUND AND p_or_fail THEN
-    RAISE EXCEPTION 'the idempotency claim has lost its key' USING ERRCODE = '${CLAIM_LOST}';
-  END IF;
-  RETURN FOUND;
+    WHERE r.scope = p_scope AND r.idempotency_key = p_key;
+  PERFORM ${p}count(p_scope, 0, p_bytes - counted);
+  RETURN true;
 END
-$settle$;`;
+$settle$;
+
+-- Nothing ran: a fresh claim's row goes; a continuation's puts back the awaiting-input record it
+-- took over, with that record's own expiry (already passed, it is as good as gone, and the next
+-- claim of the scope prunes it). Answers whether the claim still was mine.
+CREATE OR REPLACE FUNCTION ${p}release(p_scope text, p_key text, p_token uuid)
+RETURNS boolean
+LANGUAGE plpgsql AS $release$
+DECLARE
+  held ${p}records%ROWTYPE;
+BEGIN
+  ${lockScope('p_scope')}
+  SELECT * INTO held FROM ${p}records r
+    WHERE r.scope = p_scope AND r.idempotency_key = p_key AND r.token = p_token
+      AND r.state = 'inProgress' AND r.expires_at > now()
+    FOR UPDATE;
+  IF NOT FOUND THEN RETURN false; END IF;
+  IF held.resumed_until IS NULL THEN
+    DELETE FROM ${p}records r WHERE r.scope = p_scope AND r.idempotency_key = p_key;
+    PERFORM ${p}count(p_scope, -1, -held.bytes);
+  ELSE
+    UPDATE ${p}records r SET state = 'awaitingInput', expires_at = held.resumed_until,
+        token = NULL, holder_pid = NULL, holder_started = NULL, resumed_until = NULL
+      WHERE r.scope = p_scope AND r.idempotency_key = p_key;
+  END IF;
+  RETURN true;
+END
+$release$;`;
 }
 
 /** The schema under the default prefix, for an operator who applies migrations with psql. */
@@ -753,16 +861,7 @@ function statementsOf(p: string): Statements {
     // $4 the state, $5 the response's JSON, $6 its size, $7 the retention in ms.
     settle: `SELECT ${p}settle($1, $2, $3, $4, $5, $6, $7, false) AS settled`,
     settleOrFail: `SELECT ${p}settle($1, $2, $3, $4, $5, $6, $7, true) AS settled`,
-    // Nothing ran: a fresh claim's row goes; a continuation's puts back the awaiting-input record
-    // it took over, with that record's own expiry (already passed, it is as good as gone).
-    release: `WITH gone AS (
-        DELETE FROM ${p}records WHERE ${mine} AND resumed_until IS NULL RETURNING 1
-      ), back AS (
-        UPDATE ${p}records SET state = 'awaitingInput', expires_at = resumed_until,
-            token = NULL, holder_pid = NULL, holder_started = NULL, resumed_until = NULL
-          WHERE ${mine} AND resumed_until IS NOT NULL RETURNING 1
-      )
-      SELECT EXISTS (SELECT 1 FROM gone) OR EXISTS (SELECT 1 FROM back) AS released`,
+    release: `SELECT ${p}release($1, $2, $3) AS released`,
     // $4 the lease in ms; $5, $6 the current liveness session, if any (else the claim keeps its own).
     renew: `UPDATE ${p}records SET expires_at = now() + $4 * interval '1 millisecond',
         holder_pid = coalesce($5, holder_pid), holder_started = coalesce($6::timestamptz, holder_started)
@@ -771,7 +870,8 @@ function statementsOf(p: string): Statements {
       FROM unnest($1::text[], $2::text[], $3::uuid[]) AS c(scope, idempotency_key, token)
       WHERE r.scope = c.scope AND r.idempotency_key = c.idempotency_key AND r.token = c.token
         AND r.state = 'inProgress'`,
-    clear: `DELETE FROM ${p}records`,
+    // One statement, so no claim sees the records gone and their usage still there.
+    clear: `WITH gone AS (DELETE FROM ${p}records) DELETE FROM ${p}usage`,
   };
 }
 

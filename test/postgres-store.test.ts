@@ -98,6 +98,12 @@ async function claimTicket(
   return claim.ticket;
 }
 
+async function continuationTicket(store: PostgresIdempotencyStore, id: RecordId): Promise<ClaimTicket> {
+  const claim = await store.claim(id, FINGERPRINT, LEASE_MS, true);
+  if (claim.state !== 'claimed') throw new Error(`expected the continuation's claim, got ${claim.state}`);
+  return claim.ticket;
+}
+
 /** The row behind a store's back, with what is left of its lease or retention in ms. */
 async function rowOf(id: RecordId) {
   const { rows } = await server().admin.query<{ state: string; left_ms: number; holder_pid: number | null }>(
@@ -567,6 +573,108 @@ describe.skipIf(!postgres)('quotas of one caller, as the Redis store keeps them'
     const states = claims.map((claim) => claim.state);
     expect(states.filter((state) => state === 'claimed')).toHaveLength(5);
     expect(states.filter((state) => state === 'quotaExceeded')).toHaveLength(25);
+  });
+});
+
+describe.skipIf(!postgres)("each caller's usage, kept beside its records", () => {
+  // A claim reads its caller's quota from one row of `usage`, so that row must always say what the
+  // caller's rows add up to, expired or not: here it is checked against the rows themselves.
+  const expectUsageOfRows = async (scopes: string[]) => {
+    const { admin } = server();
+    const usage = await admin.query(
+      `SELECT scope, records::text, bytes::text FROM ${prefix}usage WHERE scope = ANY ($1) ORDER BY scope`,
+      [scopes],
+    );
+    const rows = await admin.query(
+      `SELECT scope, count(*)::text AS records, sum(bytes)::text AS bytes FROM ${records}
+         WHERE scope = ANY ($1) GROUP BY scope ORDER BY scope`,
+      [scopes],
+    );
+    expect(usage.rows).toStrictEqual(rows.rows);
+    return rows.rows.length;
+  };
+
+  it('matches the rows through records, continuations, releases, expiry and a dead holder’s keys taken over, from instances racing', async () => {
+    const [one, two, doomed] = await Promise.all([openStore(), openStore(), openStore()]);
+    const scopes = ['a', 'b', 'c'].map((name) => `usage-${name}-${randomUUID()}`);
+    // Every way a key can end, six keys of each, all at once from two instances.
+    const endings = [
+      async (store: PostgresIdempotencyStore, id: RecordId) =>
+        store.complete(await claimTicket(store, id), RESULT, RETENTION_MS),
+      async (store: PostgresIdempotencyStore, id: RecordId) =>
+        store.complete(await claimTicket(store, id), ERROR, SHORT_MS),
+      async (store: PostgresIdempotencyStore, id: RecordId) => store.release(await claimTicket(store, id)),
+      async (store: PostgresIdempotencyStore, id: RecordId) => {
+        await store.awaitInput(await claimTicket(store, id), RESULT, RETENTION_MS);
+        await store.complete(await continuationTicket(store, id), ERROR, RETENTION_MS);
+      },
+      async (store: PostgresIdempotencyStore, id: RecordId) => {
+        await store.awaitInput(await claimTicket(store, id), RESULT, RETENTION_MS);
+        await store.release(await continuationTicket(store, id));
+      },
+      async (store: PostgresIdempotencyStore, id: RecordId) => claimTicket(store, id, SHORT_MS),
+    ];
+    await Promise.all(
+      scopes.flatMap((scope, s) =>
+        Array.from({ length: 36 }, (_, i) =>
+          endings[i % endings.length]?.(i % 2 === s % 2 ? one : two, newId(scope)),
+        ),
+      ),
+    );
+    expect(await expectUsageOfRows(scopes)).toBe(3);
+
+    // A holder that dies with a fresh claim and with a continuation's, its record's size still counted.
+    const [fresh, resumed] = [newId(scopes[0]), newId(scopes[0])];
+    await claimTicket(doomed, fresh);
+    await doomed.awaitInput(await claimTicket(doomed, resumed), RESULT, RETENTION_MS);
+    await continuationTicket(doomed, resumed);
+    await doomed.close();
+    await expectUsageOfRows(scopes);
+
+    // Past every short lease and retention: each caller's next claim prunes its own expired rows,
+    // the dead holder's keys are taken over, and a claim of a caller of its own prunes the others'.
+    await new Promise((resolve) => setTimeout(resolve, 2 * SHORT_MS));
+    expect((await one.claim(fresh, FINGERPRINT, LEASE_MS)).state).toBe('claimed');
+    expect((await two.claim(resumed, FINGERPRINT, LEASE_MS)).state).toBe('claimed');
+    await expectUsageOfRows(scopes);
+    await claimTicket(one, newId(`usage-elsewhere-${randomUUID()}`));
+    await Promise.all(scopes.map((scope, s) => claimTicket(s % 2 ? one : two, newId(scope))));
+    await expectUsageOfRows(scopes);
+    const { rows } = await server().admin.query(
+      `SELECT count(*)::int AS expired FROM ${records} WHERE scope = ANY ($1) AND expires_at <= now()`,
+      [scopes],
+    );
+    expect(rows).toStrictEqual([{ expired: 0 }]);
+  });
+
+  it('is counted from the rows already there when a table of an earlier version is migrated', async () => {
+    const own = uniqueTablePrefix('earlier');
+    try {
+      const store = await openStore({ tablePrefix: own });
+      const scope = `usage-earlier-${randomUUID()}`;
+      await store.complete(await claimTicket(store, newId(scope)), RESULT, RETENTION_MS);
+      await claimTicket(store, newId(scope));
+      // An earlier version's schema: the records, and no usage beside them.
+      await server().admin.query(`DROP TABLE ${own}usage`);
+
+      await store.migrate();
+
+      const { rows } = await server().admin.query(
+        `SELECT records::int, bytes::int FROM ${own}usage WHERE scope = $1`,
+        [scope],
+      );
+      expect(rows).toStrictEqual([{ records: 2, bytes: JSON.stringify(RESULT).length }]);
+    } finally {
+      await server().drop(own);
+    }
+  });
+
+  it('holds no row for a caller with no records left', async () => {
+    const store = await openStore();
+    const scope = `usage-gone-${randomUUID()}`;
+    await store.release(await claimTicket(store, newId(scope)));
+
+    expect(await expectUsageOfRows([scope])).toBe(0);
   });
 });
 
