@@ -24,7 +24,7 @@ import { hash, randomUUID } from 'node:crypto';
 /** What the guard knows of one execution of a tool, for the tool's outbound calls. */
 export class ToolExecution {
   private unknownOutcome: string | undefined;
-  /** The random part of an unkeyed execution's provider keys, minted on first use. */
+  /** What makes an unkeyed execution's provider keys its own, minted on first use. */
   private seed: string | undefined;
   private begun: Promise<unknown> | undefined;
 
@@ -87,10 +87,18 @@ export class ToolExecution {
   }
 
   private unkeyedSeed(): string {
-    this.seed ??= randomUUID();
+    this.seed ??= `${PROCESS_NONCE}.${++unkeyedExecutions}`;
     return this.seed;
   }
 }
+
+/**
+ * With a count of executions, what makes an unkeyed execution's seed unique: random once per
+ * process, so no two processes (nor one restarted) count from the same place. A UUID per
+ * execution cost a call into the CSPRNG every time, a third of the key's cost.
+ */
+const PROCESS_NONCE = randomUUID();
+let unkeyedExecutions = 0;
 
 /** Bump to change every derived key at once (a new derivation must not replay old answers). */
 const PROVIDER_KEY_VERSION = 'mcp-provider-key/1';

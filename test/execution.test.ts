@@ -143,6 +143,26 @@ describe('the provider key of a call without an MCP key', () => {
     );
   });
 
+  it('differs between processes, each one’s first execution alike: a restarted server never reuses one', async () => {
+    const script = `import { ToolExecution } from './idempotency/execution.ts';
+process.stdout.write(new ToolExecution('local', 'charge_unguarded').providerKey('charge'));`;
+    const firstOfAProcess = async () => {
+      const run = promisify(execFile)(
+        process.execPath,
+        ['--import', 'tsx', '--input-type=module', '-e', script],
+        {
+          cwd: ROOT,
+          timeout: 20_000,
+        },
+      );
+      return (await run).stdout;
+    };
+    const keys = await Promise.all([firstOfAProcess(), firstOfAProcess()]);
+    expect(keys.every((key) => /^mcp_[\w-]{43}$/.test(key))).toBe(true);
+    expect(keys[0]).not.toBe(keys[1]);
+    expect(keys).not.toContain(new ToolExecution('local', 'charge_unguarded').providerKey('charge'));
+  });
+
   it('is fresh outside any guarded call', () => {
     expect(providerKey('charge')).toMatch(/^mcp_/);
     expect(providerKey('charge')).not.toBe(providerKey('charge'));
