@@ -178,13 +178,14 @@ export async function openServer(
 // (untimed) and a wrong one aborts the run: a "replay" that executed, a "conflict" that
 // replayed, an "in progress" whose original had already finished.
 
-export type VariantName = 'baseline' | 'first' | 'replay' | 'conflict' | 'inProgress';
+export type VariantName = 'baseline' | 'first' | 'replay' | 'conflict' | 'slowBaseline' | 'inProgress';
 
 export const VARIANT_LABEL: Record<string, string> = {
   baseline: 'unkeyed (baseline)',
   first: 'keyed first execution',
   replay: 'keyed replay',
   conflict: 'conflict answer',
+  slowBaseline: 'unkeyed, slow server (baseline)',
   inProgress: 'in-progress answer',
 };
 
@@ -194,6 +195,7 @@ export class WrongAnswerError extends Error {
 }
 
 const Charge = z.object({ structuredContent: z.object({ charged: z.number(), balance: z.number() }) });
+const Balance = z.object({ structuredContent: z.object({ balance: z.number() }) });
 
 /** What a call charged, if it answered the charge tool's result. */
 export const chargeOf = (outcome: Outcome) =>
@@ -262,6 +264,19 @@ export function makeVariants(
     },
     settle: async () => void (await Promise.all(originals)),
   };
+  // The in-progress answer's baseline: an unkeyed call on the slow server itself. On this kind of
+  // machine a server process answers each call more slowly the fewer calls it answers (one that
+  // answered one batch in five took 1.2 to 1.5 × as long for the same call), so the fast server's
+  // baseline would charge the answer for its server's idleness. A charge there takes
+  // SLOW_CHARGE_MS, so the call is the ledger's read, `get_balance`: the same dispatch, a tool
+  // as trivial as the fast server's charge.
+  const slowBaseline: Variant = {
+    name: 'slowBaseline',
+    call: () => charge(slow, { name: 'get_balance', arguments: {} }),
+    check: (outcome) => {
+      if (!outcome.ok || !Balance.safeParse(outcome.result).success) fail('slowBaseline', 'a balance', outcome);
+    },
+  };
   return {
     // No key: the guard steps aside, the tool runs every time.
     baseline: {
@@ -292,6 +307,7 @@ export function makeVariants(
       call: () => charge(fast, keyed(stored.key, { ...args, amount: args.amount + 1 })),
       check: refused('conflict', IdempotencyErrorType.conflict, () => stored.key),
     },
+    slowBaseline,
     inProgress,
   };
 }
@@ -327,6 +343,7 @@ export const ROUND_TRIP_TARGETS: Record<VariantName, number> = {
   first: 2,
   replay: 1,
   conflict: 1,
+  slowBaseline: 0,
   inProgress: 1,
 };
 const DECISIONS: readonly VariantName[] = ['baseline', 'first', 'replay', 'conflict', 'inProgress'];
