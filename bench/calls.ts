@@ -274,7 +274,8 @@ export function makeVariants(
     name: 'slowBaseline',
     call: () => charge(slow, { name: 'get_balance', arguments: {} }),
     check: (outcome) => {
-      if (!outcome.ok || !Balance.safeParse(outcome.result).success) fail('slowBaseline', 'a balance', outcome);
+      if (!outcome.ok || !Balance.safeParse(outcome.result).success)
+        fail('slowBaseline', 'a balance', outcome);
     },
   };
   return {
