@@ -831,6 +831,7 @@ const IN_FAILED_SQL_TRANSACTION = '25P02';
  * The transaction of the running tool call's record, for a tool that writes to the database the
  * Postgres store keeps its records in: write through it, and the writes commit with the record, or
  * neither. Undefined outside a keyed call guarded with a Postgres store: write as usual then.
+ * The connection is pipelined, so a query that keeps a portal open (a cursor) is refused on it.
  */
 export async function postgresTransaction(): Promise<pg.ClientBase | undefined> {
   const tx = await currentExecution()?.transaction();
