@@ -49,13 +49,14 @@
 // neither is. The record and its COMMIT are sent together, one round trip (the pool's connections
 // are pipelined): the record raises if its claim has lost the key, which turns that COMMIT into a
 // ROLLBACK. BEGIN is not sent ahead with the tool's first statement: each pipelined statement has
-// its own Sync, so a BEGIN that failed would leave the tool's statements to commit one by one. A crash at any point rolls the transaction back (Postgres ends a dead client's
-// session), and the claim's holder is dead, so the retry takes the key over at once and executes
-// once. READ COMMITTED is enough, and the strictest level that never refuses a commit: the tool's
-// writes are single-statement read-modify-writes (`balance = balance + $1`), which the row lock
-// serializes, and the record's UPDATE re-checks its claim's token against the latest committed row,
-// so a claim that lost its key matches nothing and the whole transaction is rolled back. SERIALIZABLE
-// would add serialization failures to retry, for anomalies these statements cannot have. Only a
+// its own Sync, so a BEGIN that failed would leave the tool's statements to commit one by one.
+// A crash at any point rolls the transaction back (Postgres ends a dead client's session), and the
+// claim's holder is dead, so the retry takes the key over at once and executes once.
+// READ COMMITTED is enough, and the strictest level that never refuses a commit: the tool's writes
+// are single-statement read-modify-writes (`balance = balance + $1`), which the row lock
+// serializes, and the record re-checks its claim's token against the latest committed row, so a
+// claim that lost its key fails it and the whole transaction is rolled back. SERIALIZABLE would
+// add serialization failures to retry, for anomalies these statements cannot have. Only a
 // tool that asks holds a transaction open; a tool that calls a foreign system (a payment provider)
 // must not ask, since a transaction cannot undo that call (Brandur Leach: commit before any foreign
 // call); it gets the provider's idempotency key instead (`providerKey`).
