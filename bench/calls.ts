@@ -246,37 +246,44 @@ export function makeVariants(
   // In progress: an original on the slow server, still charging while its duplicates arrive.
   const originals: Array<Promise<unknown>> = [];
   let held = { key: '', done: false };
+  const holdOriginal = async () => {
+    const current = { key: randomUUID(), done: false };
+    held = current;
+    originals.push(charge(slow, keyed(current.key)).finally(() => Object.assign(current, { done: true })));
+    // Over HTTP the original and its duplicate travel on different connections: give the
+    // original a head start, or the duplicate could claim the key and become the original.
+    await new Promise((resolve) => setTimeout(resolve, ORIGINAL_HEAD_START_MS));
+  };
+  const stillHeld = async () => {
+    if (held.done) throw new WrongAnswerError(`${where}: an original ended before the calls beside it did`);
+  };
   const inProgress: Variant = {
     name: 'inProgress',
     prepare: async () => {
-      const current = { key: randomUUID(), done: false };
-      held = current;
-      originals.push(charge(slow, keyed(current.key)).finally(() => Object.assign(current, { done: true })));
-      // Over HTTP the original and its duplicate travel on different connections: give the
-      // original a head start, or the duplicate could claim the key and become the original.
-      await new Promise((resolve) => setTimeout(resolve, ORIGINAL_HEAD_START_MS));
-      inProgress.check(await timed(() => charge(slow, keyed(current.key))));
+      await holdOriginal();
+      inProgress.check(await timed(() => charge(slow, keyed(held.key))));
     },
     call: () => charge(slow, keyed(held.key)),
     check: refused('inProgress', IdempotencyErrorType.inProgress, () => held.key),
-    finish: async () => {
-      if (held.done) throw new WrongAnswerError(`${where}: an original ended before its duplicates did`);
-    },
+    finish: stillHeld,
     settle: async () => void (await Promise.all(originals)),
   };
-  // The in-progress answer's baseline: an unkeyed call on the slow server itself. On this kind of
-  // machine a server process answers each call more slowly the fewer calls it answers (one that
-  // answered one batch in five took 1.2 to 1.5 × as long for the same call), so the fast server's
-  // baseline would charge the answer for its server's idleness. A charge there takes
-  // SLOW_CHARGE_MS, so the call is the ledger's read, `get_balance`: the same dispatch, a tool
-  // as trivial as the fast server's charge.
+  // The in-progress answer's baseline: an unkeyed call on the slow server itself, while an original
+  // runs there too. Both matter on this kind of machine: a server process answers each call more
+  // slowly the fewer calls it answers (one that answered one batch in five took 1.2 to 1.5 × as
+  // long for the same call), and a stdio server with a call in flight answers every other call
+  // more slowly (`get_balance` 350 against 430 µs, the same CPU, more of it waiting in the stdout
+  // write), whatever the answer. A charge there takes SLOW_CHARGE_MS, so the call is the ledger's
+  // read, `get_balance`: the same dispatch, a tool as trivial as the fast server's charge.
   const slowBaseline: Variant = {
     name: 'slowBaseline',
+    prepare: holdOriginal,
     call: () => charge(slow, { name: 'get_balance', arguments: {} }),
     check: (outcome) => {
       if (!outcome.ok || !Balance.safeParse(outcome.result).success)
         fail('slowBaseline', 'a balance', outcome);
     },
+    finish: stillHeld,
   };
   return {
     // No key: the guard steps aside, the tool runs every time.
