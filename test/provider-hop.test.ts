@@ -28,6 +28,9 @@ import { startRedis, uniqueKeyPrefix, waitUntil } from './support/redis.js';
 import { textOf } from './support/sep-cases.js';
 
 const redis = await startRedis();
+afterAll(async () => {
+  await redis?.stop();
+});
 
 /** Short, so a retry after a killed instance waits a second, not the two-minute default. */
 const LEASE_MS = 1_000;
