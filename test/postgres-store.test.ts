@@ -19,7 +19,7 @@ import {
   PostgresIdempotencyStore,
   type PostgresStoreOptions,
 } from 'mcp-request-idempotency/postgres';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
   POSTGRES_SKIP_REASON,
   startPostgres,
@@ -186,15 +186,16 @@ describe.skipIf(!postgres)('claim and complete', () => {
 describe.skipIf(!postgres)("a tool's writes in its record's transaction", () => {
   // What a tool writes through `begin`'s connection: one row per write, under its record's key.
   const effects = `${prefix}effects`;
+  beforeAll(async () => {
+    await server().admin.query(`CREATE TABLE ${effects} (idempotency_key text NOT NULL)`);
+  });
   const effectsOf = async (id: RecordId) => {
-    await server().admin.query(`CREATE TABLE IF NOT EXISTS ${effects} (idempotency_key text NOT NULL)`);
     const { rows } = await server().admin.query(`SELECT 1 FROM ${effects} WHERE idempotency_key = $1`, [
       id.idempotencyKey,
     ]);
     return rows.length;
   };
   const write = async (store: PostgresIdempotencyStore, ticket: ClaimTicket) => {
-    await effectsOf(ticket);
     const tx = await store.begin(ticket);
     await tx.query(`INSERT INTO ${effects} (idempotency_key) VALUES ($1)`, [ticket.idempotencyKey]);
     return tx;
