@@ -11,7 +11,13 @@ import type { Claim, ClaimTicket, IdempotencyStore, RecordId, StoredResponse } f
 
 /** An `IdempotencyStore` that knows how many of its claims are still open. */
 export class ClaimsInFlight implements IdempotencyStore {
-  private open = 0;
+  /** Claims asked for and not yet answered by the store. */
+  private asking = 0;
+  /**
+   * Claims granted and not yet settled. A set, not a count: the guard may settle one ticket twice
+   * (a transactional record that failed is completed, then released), and only the first closes it.
+   */
+  private readonly granted = new Set<ClaimTicket>();
   private readonly waiting = new Set<() => void>();
 
   /** The store's transactions, when it has them: a claim settled in one closes as any other. */
@@ -29,27 +35,33 @@ export class ClaimsInFlight implements IdempotencyStore {
     continuation?: boolean,
   ): Promise<Claim> {
     // Open from the moment it is asked for: a claim still on its way to Redis counts too.
-    this.open += 1;
-    let claim: Claim | undefined;
+    this.asking += 1;
     try {
-      claim = await this.store.claim(id, fingerprint, leaseMs, continuation);
+      const claim = await this.store.claim(id, fingerprint, leaseMs, continuation);
+      if (claim.state === 'claimed') this.granted.add(claim.ticket);
       return claim;
     } finally {
-      if (claim?.state !== 'claimed') this.close();
+      this.asking -= 1;
+      this.wakeIfSettled();
     }
   }
 
   // The guard settles every claim it gets, one of these three ways, whatever the dispatch answered.
   complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean> {
-    return this.closing(this.store.complete(ticket, response, retentionMs));
+    return this.closing(ticket, this.store.complete(ticket, response, retentionMs));
   }
 
   awaitInput(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean> {
-    return this.closing(this.store.awaitInput(ticket, response, retentionMs));
+    return this.closing(ticket, this.store.awaitInput(ticket, response, retentionMs));
   }
 
   release(ticket: ClaimTicket): Promise<boolean> {
-    return this.closing(this.store.release(ticket));
+    return this.closing(ticket, this.store.release(ticket));
+  }
+
+  /** Claims asked for or granted and not yet settled. */
+  get open(): number {
+    return this.asking + this.granted.size;
   }
 
   renew(ticket: ClaimTicket, leaseMs: number): Promise<boolean> {
@@ -82,16 +94,16 @@ export class ClaimsInFlight implements IdempotencyStore {
     await nextTurn();
   }
 
-  private async closing(settled: Promise<boolean>): Promise<boolean> {
+  private async closing(ticket: ClaimTicket, settled: Promise<boolean>): Promise<boolean> {
     try {
       return await settled;
     } finally {
-      this.close();
+      this.granted.delete(ticket);
+      this.wakeIfSettled();
     }
   }
 
-  private close(): void {
-    this.open -= 1;
+  private wakeIfSettled(): void {
     if (this.open === 0) for (const wake of this.waiting) wake();
   }
 }
