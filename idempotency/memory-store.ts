@@ -223,8 +223,10 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     const slot = slotOf(ticket);
     const running = this.inProgress.get(slot);
     if (running?.token !== ticket.token) return false;
-    this.inProgress.delete(slot);
+    // Measured before anything changes: a response JSON cannot hold (a BigInt, a cycle) throws
+    // here and leaves the claim as it was, counted until its lease ends, never dropped uncounted.
     const bytes = JSON.stringify(response).length;
+    this.inProgress.delete(slot);
     // The key may already count the bytes of the awaiting-input record it resumed.
     this.bytes += bytes - running.bytes;
     this.usageOf(ticket.scope).bytes += bytes - running.bytes;

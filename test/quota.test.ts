@@ -161,6 +161,26 @@ describe.each(stores)('a quota per caller, in the %s', (_, open) => {
   });
 });
 
+describe('a response the memory store cannot hold', () => {
+  it('keeps its claim counted until the lease ends, then gives the caller its quota back', async () => {
+    const clock = new ManualClock();
+    const store = new MemoryIdempotencyStore({ now: clock.now, maxRecordsPerScope: QUOTA });
+    // JSON has no BigInt: such a response can be neither stored nor sent.
+    const unstorable: StoredResponse = { result: { balance: 10n } };
+    for (let i = 0; i < QUOTA; i++) {
+      const claim = await store.claim(alice(), 'fingerprint', LEASE_MS);
+      if (claim.state !== 'claimed') throw new Error(`expected a claim, got ${claim.state}`);
+      await expect(store.complete(claim.ticket, unstorable, RETENTION_MS)).rejects.toThrow(TypeError);
+    }
+    expect(store.usageOfScope('principal:alice').records).toBe(QUOTA);
+    expect(await execute(store, alice())).toBe('quotaExceeded');
+    clock.advance(LEASE_MS + 1);
+    expect(await execute(store, alice())).toBe('claimed');
+    expect(store.size).toBe(1);
+    expect(store.usageOfScope('principal:alice').records).toBe(1);
+  });
+});
+
 describe('many callers, each under its quota, stay within the global caps', () => {
   const principal = (n: number): RecordId => ({ scope: `principal:p${n}`, idempotencyKey: randomUUID() });
 
