@@ -158,9 +158,16 @@ function addressOf(address: string | AddressInfo | null): AddressInfo {
 }
 
 /**
+ * Every demo token is issued to one OAuth client application, as the tokens of all the users of
+ * one app are (with Client ID Metadata Documents, its `clientId` is one URL for all of them).
+ */
+export const DEMO_CLIENT_ID = 'https://demo-client.example/client-metadata.json';
+
+/**
  * The SDK's bearer middleware puts what this returns on the request, and the entry hands it
- * to every handler as `ctx.http.authInfo`: the guard's scope is its `clientId`, which this demo
- * sets to the principal. Tokens are compared in constant time.
+ * to every handler as `ctx.http.authInfo`. The principal, the guard's scope, is the token's
+ * subject, in `extra.sub`; `clientId` names the app, which every principal here shares. Tokens
+ * are compared in constant time.
  */
 function tokenVerifier(tokens: BearerTokens) {
   const known = tokens.map((entry) => ({ ...entry, bytes: Buffer.from(entry.token) }));
@@ -173,9 +180,10 @@ function tokenVerifier(tokens: BearerTokens) {
       if (!match) throw new OAuthError(OAuthErrorCode.InvalidToken, 'Unknown bearer token');
       return {
         token,
-        clientId: match.principal,
+        clientId: DEMO_CLIENT_ID,
         scopes: [...match.scopes],
         expiresAt: Math.floor(Date.now() / 1000) + 3600,
+        extra: { sub: match.principal },
       };
     },
   };

@@ -32,7 +32,7 @@ import {
   type DecisionEvent,
   type IdempotencyStore,
   MemoryIdempotencyStore,
-  principalScope,
+  principalOf,
   providerKey,
 } from 'mcp-request-idempotency';
 import { PostgresIdempotencyStore } from 'mcp-request-idempotency/postgres';
@@ -223,7 +223,10 @@ export function refundStateCodec(
   return createRequestStateCodec<RefundState>({
     key,
     ttlSeconds,
-    bind: (ctx) => `${ctx.mcpReq.method}\0${ctx.http?.authInfo?.clientId ?? ''}`,
+    bind: (ctx) => {
+      const authInfo = ctx.http?.authInfo;
+      return `${ctx.mcpReq.method}\0${authInfo ? (principalOf(authInfo) ?? '') : ''}`;
+    },
   });
 }
 
@@ -618,8 +621,9 @@ async function main(): Promise<void> {
     host: config.host,
     port: config.port,
     bearerTokens,
-    // Stateless: a fresh server for every request, its scope read from the request's auth.
-    createServer: () => createDemoServer({ ...serverOptions, scopeOf: principalScope }),
+    // Stateless: a fresh server for every request, its scope the principal of the request's
+    // verified token (the guard's default).
+    createServer: () => createDemoServer(serverOptions),
     onerror: reportSdkError,
   });
   closers.push(http.close);

@@ -23,6 +23,8 @@ export const IdempotencyErrorType = {
   quotaExceeded: 'idempotency_quota_exceeded',
   /** The shared store could not be reached; the call failed closed. */
   storeUnavailable: 'idempotency_store_unavailable',
+  /** The server cannot tell whose authorization boundary the call is in; nothing executed. */
+  scopeUnknown: 'idempotency_scope_unknown',
 } as const;
 
 export type IdempotencyErrorType = (typeof IdempotencyErrorType)[keyof typeof IdempotencyErrorType];
@@ -40,6 +42,7 @@ const CODE_OF: Record<IdempotencyErrorType, number> = {
   idempotency_store_full: INTERNAL_ERROR,
   idempotency_quota_exceeded: INTERNAL_ERROR,
   idempotency_store_unavailable: INTERNAL_ERROR,
+  idempotency_scope_unknown: INTERNAL_ERROR,
 };
 
 // User-facing messages live here, so the wording is reviewed in one place.
@@ -66,6 +69,10 @@ export const Messages = {
     'This caller holds as many idempotency records as its quota allows; nothing was executed, retry with the same key once older records expire',
   storeUnavailable:
     'The idempotency store is unavailable; nothing was executed, retry later with the same key',
+  principalUnknown:
+    "The server verified this caller's token but did not say whose it is (authInfo.extra.sub), so it cannot keep this key apart from other callers' keys; nothing was executed",
+  scopeUnknown: (reason: string) =>
+    `The server cannot tell this caller's authorization boundary (${reason}), so it cannot keep this key apart from other callers' keys; nothing was executed`,
 } as const;
 
 /**

@@ -50,25 +50,58 @@ export const DEFAULT_LEASE_MS = 120_000;
  */
 export const DEFAULT_AWAITING_INPUT_RETENTION_MS = 600_000;
 
-/** Over stdio the caller is the local user: one authorization boundary, one scope. */
+/**
+ * The scope of a request that carries no verified token: over stdio, the local user who started
+ * the server; over HTTP without auth, whoever can reach it. Either way one authorization
+ * boundary, so one scope.
+ */
 export const LOCAL_SCOPE = 'local';
 
-/** Callers that present no credentials all share this scope. */
-export const ANONYMOUS_SCOPE = 'anonymous';
+/** The SDK's `AuthInfo`, as far as the guard reads it. */
+export interface CallerAuthInfo {
+  /** The OAuth client application: shared by every user of that app, so never a scope. */
+  clientId: string;
+  scopes?: readonly string[];
+  /** What the server's token verifier adds; the guard reads the subject, `sub`, from it. */
+  extra?: Record<string, unknown>;
+}
 
 /** What the guard needs to know of the caller, whichever SDK line read it from the request. */
 export interface Caller {
-  /** The verified bearer token's holder, when the transport authenticated the request. */
-  authInfo?: { clientId: string; scopes?: readonly string[] };
+  /** The verified bearer token, when the transport authenticated the request. */
+  authInfo?: CallerAuthInfo;
 }
 
 /**
- * The scope of an authenticated request: the principal the bearer token belongs to (the
- * SDK's `authInfo.clientId`). Without auth every caller shares one anonymous scope, and then
- * a key guessed or reused by another caller does replay: deploy with auth where that matters.
+ * The principal of an authenticated request: the subject of its verified token (a JWT's `sub`
+ * claim, the `sub` of an RFC 7662 introspection answer), which the server's token verifier puts
+ * in `authInfo.extra.sub`. The SDK's `AuthInfo` has no subject field of its own, and its
+ * `clientId` names the OAuth client application, which every user of one app shares (with Client
+ * ID Metadata Documents, one URL for all of them): scoped by it, one user's key would replay
+ * another user's response. Undefined when the verifier said nothing.
+ */
+export function principalOf(authInfo: CallerAuthInfo): string | undefined {
+  const sub = authInfo.extra?.sub;
+  return typeof sub === 'string' && sub !== '' ? sub : undefined;
+}
+
+/**
+ * The default scope (SEP: records MUST be scoped to the authorization boundary that governs the
+ * call). A request with a verified token is its principal's; one without is the local user's.
+ * A verified token whose principal the server did not say has no scope: the guard refuses its
+ * keyed calls rather than guess one, or put every caller in one.
  */
 export function principalScope(caller: Caller): string {
-  return caller.authInfo ? `principal:${caller.authInfo.clientId}` : ANONYMOUS_SCOPE;
+  const { authInfo } = caller;
+  if (!authInfo) return LOCAL_SCOPE;
+  const principal = principalOf(authInfo);
+  if (principal === undefined) throw new ScopeUnknownError(Messages.principalUnknown);
+  return `principal:${principal}`;
+}
+
+/** Thrown by a `scopeOf` that cannot tell the caller's scope; the guard fails the keyed call closed. */
+export class ScopeUnknownError extends Error {
+  override readonly name = 'ScopeUnknownError';
 }
 
 export type Decision =
@@ -81,6 +114,8 @@ export type Decision =
   | 'conflict'
   | 'inProgress'
   | 'invalid'
+  /** The caller's scope could not be told (`scopeOf` threw): refused, nothing executed. */
+  | 'scopeUnknown'
   | 'storeFull'
   | 'quotaExceeded'
   | 'storeUnavailable'
@@ -104,7 +139,9 @@ export interface IdempotencyGuardOptions {
   awaitingInputRetentionMs?: number;
   /**
    * The caller's authorization boundary (an OAuth principal, the local user, a workspace).
-   * SEP: one caller's key must never replay another caller's result.
+   * SEP: one caller's key must never replay another caller's result. By default
+   * `principalScope`: the verified token's subject, or the local user without a token. A
+   * function that cannot tell throws; the keyed call is then refused, nothing executed.
    */
   scopeOf?: (caller: Caller) => string;
   /** One call per keyed decision, for the operator's log. */
@@ -134,7 +171,7 @@ export function createToolCallGuard(options: IdempotencyGuardOptions): ToolCallG
     retentionMs: options.retentionMs ?? DEFAULT_RETENTION_MS,
     leaseMs,
     awaitingInputRetentionMs: options.awaitingInputRetentionMs ?? DEFAULT_AWAITING_INPUT_RETENTION_MS,
-    scopeOf: options.scopeOf ?? (() => LOCAL_SCOPE),
+    scopeOf: options.scopeOf ?? principalScope,
     onDecision: options.onDecision ?? (() => {}),
     leases: new LeaseRenewals(options.store, leaseMs),
   };
@@ -150,9 +187,10 @@ async function guardToolCall(
   settings: GuardSettings,
 ): Promise<JsonObject> {
   const tool = typeof params.name === 'string' ? params.name : '';
-  // SEP: no key, exactly today's behaviour. Every call executes, with provider keys of its own.
+  // SEP: no key, exactly today's behaviour. Every call executes, with provider keys of its own
+  // (unique to the execution, so a scope that cannot be told matters to none of them).
   if (!Object.hasOwn(params, 'idempotencyKey'))
-    return runExecution(new ToolExecution(settings.scopeOf(caller), tool), dispatch);
+    return runExecution(new ToolExecution(unkeyedScope(caller, settings.scopeOf), tool), dispatch);
 
   const log = new DecisionLog(settings.onDecision, params.name);
 
@@ -176,9 +214,20 @@ async function guardToolCall(
   // echoed `requestState` beside the same name, arguments and key (neither enters the fingerprint).
   const continuation = Object.hasOwn(params, 'inputResponses') || Object.hasOwn(params, 'requestState');
 
+  // SEP: the record is scoped to the authorization boundary that governs the call. A caller whose
+  // boundary cannot be told is refused: any guess could replay another caller's response.
+  let scope: string;
+  try {
+    scope = settings.scopeOf(caller);
+  } catch (error) {
+    const message = error instanceof ScopeUnknownError ? error.message : Messages.scopeUnknown(String(error));
+    log.decide('scopeUnknown', { idempotencyKey }, message);
+    throw idempotencyError(IdempotencyErrorType.scopeUnknown, message, idempotencyKey);
+  }
+
   // One atomic store operation either claims the key or returns what already holds it. A
   // continuation of a key awaiting input claims it; a repeat of the opening round does not.
-  const id: RecordId = { scope: settings.scopeOf(caller), idempotencyKey };
+  const id: RecordId = { scope, idempotencyKey };
   let claim: Claim;
   try {
     claim = await settings.store.claim(id, fingerprint.fingerprint, settings.leaseMs, continuation);
@@ -265,6 +314,15 @@ async function guardToolCall(
   }
   if (outcome.threw) throw outcome.error;
   return outcome.result;
+}
+
+/** An unkeyed call's scope, which only salts its execution's own provider keys. */
+function unkeyedScope(caller: Caller, scopeOf: (caller: Caller) => string): string {
+  try {
+    return scopeOf(caller);
+  } catch {
+    return '';
+  }
 }
 
 /**
