@@ -173,6 +173,10 @@ export interface PostgresConnectOptions {
 // `response` is the JSON text exactly as the dispatch answered (text, not jsonb, which would
 // reorder members); `bytes` its length in characters, counted against the caller's quota.
 // A row whose `expires_at` has passed is as good as absent: every statement below ignores it.
+// Every deadline is set and compared by `statement_timestamp()`, never `now()`: inside a tool's
+// transaction `now()` is the time of its BEGIN, so a record written at the end of a 2 s tool would
+// expire 2 s early, or be born expired under a retention shorter than the tool, and its retry
+// would execute again.
 
 /** The SQL that creates (or, for the functions, updates) the store's schema under `tablePrefix`. */
 export function migrationOf(tablePrefix: string): string {
@@ -239,7 +243,7 @@ DECLARE
 BEGIN
   WITH gone AS (
     DELETE FROM ${p}records r WHERE r.ctid = ANY (ARRAY(
-      SELECT e.ctid FROM ${p}records e WHERE e.scope = p_scope AND e.expires_at <= now()
+      SELECT e.ctid FROM ${p}records e WHERE e.scope = p_scope AND e.expires_at <= statement_timestamp()
       ORDER BY e.expires_at LIMIT p_limit FOR UPDATE))
     RETURNING r.bytes)
   SELECT count(*), coalesce(sum(gone.bytes), 0) INTO gone_records, gone_bytes FROM gone;
@@ -267,14 +271,14 @@ DECLARE
   held ${p}records%ROWTYPE;
   found_held boolean;
   live boolean;
-  lease_end timestamptz := now() + p_lease_ms * interval '1 millisecond';
+  lease_end timestamptz := statement_timestamp() + p_lease_ms * interval '1 millisecond';
   other_scope text;
   live_records bigint;
   live_bytes bigint;
 BEGIN
   ${lockScope('p_scope')}
   SELECT * INTO held FROM ${p}records r
-    WHERE r.scope = p_scope AND r.idempotency_key = p_key AND r.expires_at > now()
+    WHERE r.scope = p_scope AND r.idempotency_key = p_key AND r.expires_at > statement_timestamp()
     FOR UPDATE;
   found_held := FOUND;
   -- An in-progress record whose holder session has ended is free: its process died.
@@ -300,7 +304,7 @@ BEGIN
   -- oldest expired rows of a few callers nobody is writing for, so no table keeps what expired.
   PERFORM ${p}prune(p_scope, NULL);
   FOR other_scope IN
-    SELECT DISTINCT e.scope FROM (SELECT e.scope FROM ${p}records e WHERE e.expires_at <= now()
+    SELECT DISTINCT e.scope FROM (SELECT e.scope FROM ${p}records e WHERE e.expires_at <= statement_timestamp()
       ORDER BY e.expires_at LIMIT ${PRUNE_PER_CLAIM}) e
   LOOP
     IF pg_try_advisory_xact_lock(hashtext('${p}'), hashtext(other_scope)) THEN
@@ -344,7 +348,7 @@ BEGIN
   ${lockScope('p_scope')}
   SELECT r.bytes INTO counted FROM ${p}records r
     WHERE r.scope = p_scope AND r.idempotency_key = p_key AND r.token = p_token
-      AND r.state = 'inProgress' AND r.expires_at > now()
+      AND r.state = 'inProgress' AND r.expires_at > statement_timestamp()
     FOR UPDATE;
   IF NOT FOUND THEN
     IF p_or_fail THEN
@@ -353,7 +357,7 @@ BEGIN
     RETURN false;
   END IF;
   UPDATE ${p}records r SET state = p_state, response = p_response, bytes = p_bytes,
-      expires_at = now() + p_retention_ms * interval '1 millisecond',
+      expires_at = statement_timestamp() + p_retention_ms * interval '1 millisecond',
       token = NULL, holder_pid = NULL, holder_started = NULL, resumed_until = NULL
     WHERE r.scope = p_scope AND r.idempotency_key = p_key;
   PERFORM ${p}count(p_scope, 0, p_bytes - counted);
@@ -373,7 +377,7 @@ BEGIN
   ${lockScope('p_scope')}
   SELECT * INTO held FROM ${p}records r
     WHERE r.scope = p_scope AND r.idempotency_key = p_key AND r.token = p_token
-      AND r.state = 'inProgress' AND r.expires_at > now()
+      AND r.state = 'inProgress' AND r.expires_at > statement_timestamp()
     FOR UPDATE;
   IF NOT FOUND THEN RETURN false; END IF;
   IF held.resumed_until IS NULL THEN
@@ -857,7 +861,7 @@ interface Statements {
 // it still holds that exact live claim: a claim that lost its key (its lease ran out, or the key
 // was taken over) changes nothing, and a completed record's token is NULL.
 function statementsOf(p: string): Statements {
-  const mine = `scope = $1 AND idempotency_key = $2 AND token = $3 AND state = 'inProgress' AND expires_at > now()`;
+  const mine = `scope = $1 AND idempotency_key = $2 AND token = $3 AND state = 'inProgress' AND expires_at > statement_timestamp()`;
   return {
     claim: `SELECT answer, fingerprint, response FROM ${p}claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
     // $4 the state, $5 the response's JSON, $6 its size, $7 the retention in ms.
@@ -865,7 +869,7 @@ function statementsOf(p: string): Statements {
     settleOrFail: `SELECT ${p}settle($1, $2, $3, $4, $5, $6, $7, true) AS settled`,
     release: `SELECT ${p}release($1, $2, $3) AS released`,
     // $4 the lease in ms; $5, $6 the current liveness session, if any (else the claim keeps its own).
-    renew: `UPDATE ${p}records SET expires_at = now() + $4 * interval '1 millisecond',
+    renew: `UPDATE ${p}records SET expires_at = statement_timestamp() + $4 * interval '1 millisecond',
         holder_pid = coalesce($5, holder_pid), holder_started = coalesce($6::timestamptz, holder_started)
       WHERE ${mine}`,
     restamp: `UPDATE ${p}records r SET holder_pid = $4, holder_started = $5

@@ -253,6 +253,31 @@ describe.skipIf(!postgres)("a tool's writes in its record's transaction", () => 
     });
   });
 
+  it('counts the retention from the answer, not from the transaction’s BEGIN, however long the tool ran', async () => {
+    const store = await openStore();
+    const id = newId();
+    const ticket = await claimTicket(store, id);
+    await write(store, ticket);
+    // The tool runs longer than the retention: counted from BEGIN, the record would be born expired.
+    const toolMs = 1_500;
+    const retentionMs = 1_000;
+    await new Promise((resolve) => setTimeout(resolve, toolMs));
+
+    const answered = Date.now();
+    expect(await store.complete(ticket, RESULT, retentionMs)).toBe(true);
+    const { rows } = await server().admin.query(
+      `SELECT extract(epoch FROM expires_at) * 1000 AS expires FROM ${records} WHERE idempotency_key = $1`,
+      [id.idempotencyKey],
+    );
+    expect(Number(rows[0]?.expires)).toBeGreaterThanOrEqual(answered + retentionMs - 100);
+    expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
+      state: 'completed',
+      fingerprint: FINGERPRINT,
+      response: RESULT,
+    });
+    expect(await effectsOf(id)).toBe(1);
+  });
+
   it('rolls the write back on release: nothing ran, as far as anyone can see', async () => {
     const store = await openStore();
     const id = newId();
