@@ -34,7 +34,9 @@
 //   - A liveness connection that breaks while its process lives (a network blip, Postgres
 //     restarted): its claims look dead, and a retry arriving before the store reconnects may run
 //     the call again. The store reconnects at once and re-stamps its running claims with its new
-//     session, and refuses new claims (fails closed) while it has no liveness session.
+//     session before it uses it (a re-stamp that fails is a reconnect that failed, tried again),
+//     and refuses new claims (fails closed) while it has no liveness session. A claim on its way
+//     when the session broke is re-stamped as it returns, or released and failed closed.
 //   - A transaction-pooling PgBouncer hands every statement a different server session: the
 //     session identity means nothing there. Connect to Postgres, or to a session-pooling bouncer.
 //   - `backend_start` of another role's sessions is hidden from a role without
@@ -531,6 +533,9 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     const holder = this.holder;
     if (!holder) throw new StoreUnavailableError(new Error('no liveness connection to Postgres'));
     const token = randomUUID();
+    // Held from the moment it is sent, not once it is answered: a liveness session that breaks
+    // while the claim waits (for a pooled connection, or behind its scope's lock) re-stamps it too.
+    this.held.set(token, { scope: id.scope, idempotencyKey: id.idempotencyKey });
     let row: Row | undefined;
     try {
       row = await this.one(this.sql.claim, [
@@ -546,6 +551,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
         this.maxBytesPerScope,
       ]);
     } catch (error) {
+      this.held.delete(token);
       if (isDiskFull(error)) return { state: 'full' };
       // Fail closed. A statement that timed out may still have claimed the key; its retry
       // then sees `inProgress` until the lease ends, which is the safe side to err on.
@@ -554,14 +560,31 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     const answer = row?.answer;
     // A continuation's ticket carries nothing more: the row itself keeps what `release` puts back.
     if (answer === 'claimed' || answer === 'resumed') {
-      this.held.set(token, { scope: id.scope, idempotencyKey: id.idempotencyKey });
-      return {
-        state: 'claimed',
-        ticket: { scope: id.scope, idempotencyKey: id.idempotencyKey, fingerprint, token },
-      };
+      const ticket = { scope: id.scope, idempotencyKey: id.idempotencyKey, fingerprint, token };
+      // The session it was stamped with ended while the claim was on its way, and the re-stamp may
+      // have run before the claim's row existed: stamped with the session alive now, or not at all.
+      if (this.holder !== holder) await this.restampOrRelease(ticket);
+      return { state: 'claimed', ticket };
     }
+    this.held.delete(token);
     if (answer === 'quota') return { state: 'quotaExceeded' };
     return claimOf(row);
+  }
+
+  /**
+   * Stamps a fresh claim with the current liveness session; without one, or if the statement fails,
+   * releases it and fails closed: a claim stamped with an ended session looks dead to every other
+   * instance, and the retry it lets through would execute beside this call.
+   */
+  private async restampOrRelease(ticket: ClaimTicket): Promise<void> {
+    try {
+      const holder = this.holder;
+      if (!holder) throw new Error('the liveness connection to Postgres broke during the claim');
+      await this.restamp(holder, [[ticket.token, ticket]]);
+    } catch (error) {
+      await this.release(ticket).catch(() => {});
+      throw new StoreUnavailableError(error);
+    }
   }
 
   complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean> {
@@ -768,14 +791,18 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
         throw new Error('pg_stat_activity does not show the liveness session');
       }
       if (this.closing) throw new Error('the store was closed');
+      // The claims this store holds move to the new session before any new claim is stamped with
+      // it. Until they have, the store has no session and fails claims closed; a re-stamp that
+      // fails is a connection that failed, tried again from the start.
+      const holder = { pid, started };
+      await this.restamp(holder, [...this.held.entries()]);
       client.once('end', () => this.livenessLost(client));
       this.livenessClient = client;
-      this.holder = { pid, started };
+      this.holder = holder;
     } catch (error) {
       await client.end().catch(() => {});
       throw error;
     }
-    await this.restamp().catch(this.options.onError);
   }
 
   private livenessLost(client: pg.Client, attempt = 0): void {
@@ -796,11 +823,9 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     this.reconnectTimer.unref();
   }
 
-  /** Moves the claims this store holds to its current liveness session (one statement). */
-  private async restamp(): Promise<void> {
-    const holder = this.holder;
-    if (!holder || this.held.size === 0) return;
-    const claims = [...this.held.entries()];
+  /** Moves `claims` (by token) to the liveness session `holder` (one statement). */
+  private async restamp(holder: Holder, claims: Array<[string, RecordId]>): Promise<void> {
+    if (claims.length === 0) return;
     await this.bounded(
       this.pool.query(this.sql.restamp, [
         claims.map(([, id]) => id.scope),

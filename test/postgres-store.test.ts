@@ -896,6 +896,41 @@ describe.skipIf(!postgres)('a dead holder is seen at once', () => {
       fingerprint: FINGERPRINT,
     });
   });
+
+  it('stamps a claim with the live session when its liveness session broke while the claim was on its way', async () => {
+    // Generous statement bound: the claim waits behind its scope's lock on purpose.
+    const [holding, other] = await Promise.all([openStore({ statementTimeoutMs: 15_000 }), openStore()]);
+    const id = newId(`restamp-${randomUUID()}`);
+    const before = holding.livenessSession?.pid;
+    // The scope's lock, as every claim of the scope takes it: the claim below waits for it.
+    const lock = await server().admin.connect();
+    try {
+      await lock.query('SELECT pg_advisory_lock(hashtext($1), hashtext($2))', [prefix, id.scope]);
+      const claiming = holding.claim(id, FINGERPRINT, LEASE_MS);
+      await waitUntil(async () => {
+        const { rows } = await server().admin.query(
+          "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%claim(%'",
+        );
+        return rows.length > 0;
+      });
+      // The liveness session ends while the claim waits; the store reconnects and re-stamps
+      // what it holds before the claim's row exists.
+      await server().admin.query('SELECT pg_terminate_backend($1)', [before]);
+      await waitUntil(
+        async () => holding.livenessSession !== undefined && holding.livenessSession.pid !== before,
+      );
+      await lock.query('SELECT pg_advisory_unlock(hashtext($1), hashtext($2))', [prefix, id.scope]);
+
+      expect((await claiming).state).toBe('claimed');
+    } finally {
+      lock.release();
+    }
+    expect((await rowOf(id))?.holder_pid).toBe(holding.livenessSession?.pid);
+    expect(await other.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
+      state: 'inProgress',
+      fingerprint: FINGERPRINT,
+    });
+  });
 });
 
 describe.skipIf(!postgres)('kept across restarts', () => {
