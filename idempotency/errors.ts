@@ -59,6 +59,8 @@ export const Messages = {
     'the call outlived its in-progress lease and the key was claimed again; its response was not recorded',
   rolledBack:
     "This call's effects and its idempotency record could not be committed together, so neither was; retry with the same key",
+  cancelledMidCall:
+    'the request was cancelled while the tool ran, and the tool answered an error: the cancellation, as likely as not, so whether its side effect happened is unknown',
   outcomeUnknown: (reason: string | undefined) =>
     `the tool could not tell whether its side effect happened (${reason}); nothing was recorded, so a retry with the same key executes again, with the same provider key`,
   inProgress: 'A request with this idempotencyKey is still in progress; retry later with the same key',

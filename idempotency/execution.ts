@@ -27,6 +27,7 @@ export class ToolExecution {
   /** What makes an unkeyed execution's provider keys its own, minted on first use. */
   private seed: string | undefined;
   private begun: Promise<unknown> | undefined;
+  private failedStore: unknown;
 
   constructor(
     /** The caller's authorization boundary, as the record is kept under it. */
@@ -48,8 +49,18 @@ export class ToolExecution {
    */
   transaction(): Promise<unknown> | undefined {
     if (!this.begin) return undefined;
-    this.begun ??= this.begin();
+    this.begun ??= this.begin().catch((error: unknown) => {
+      // Nothing the tool meant to write there was written: the guard records nothing of this
+      // execution and answers that the store is unavailable (see `settlementOf` in guard.ts).
+      this.failedStore = error ?? new Error('the store failed to begin a transaction');
+      throw error;
+    });
     return this.begun;
+  }
+
+  /** Why the record's transaction could not begin, if the tool asked for it and it could not. */
+  get storeFailure(): unknown {
+    return this.failedStore;
   }
 
   /** Whether the tool asked for the transaction, so its writes stand or fall with the record. */

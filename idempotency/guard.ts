@@ -156,12 +156,14 @@ export type Dispatch = () => Promise<JsonObject>;
 
 /**
  * The guard an adapter installs: raw `tools/call` params (before any SDK schema strips the
- * key), the caller, and the dispatch to run at most once per key.
+ * key), the caller, the dispatch to run at most once per key, and the request's abort signal
+ * (which the SDK fires when the client cancels or hangs up).
  */
 export type ToolCallGuard = (
   params: Readonly<Record<string, unknown>>,
   caller: Caller,
   dispatch: Dispatch,
+  signal?: AbortSignal,
 ) => Promise<JsonObject>;
 
 export function createToolCallGuard(options: IdempotencyGuardOptions): ToolCallGuard {
@@ -175,7 +177,7 @@ export function createToolCallGuard(options: IdempotencyGuardOptions): ToolCallG
     onDecision: options.onDecision ?? (() => {}),
     leases: new LeaseRenewals(options.store, leaseMs),
   };
-  return (params, caller, dispatch) => guardToolCall(params, caller, dispatch, settings);
+  return (params, caller, dispatch, signal) => guardToolCall(params, caller, dispatch, settings, signal);
 }
 
 type GuardSettings = Required<IdempotencyGuardOptions> & { leases: LeaseRenewals };
@@ -185,6 +187,7 @@ async function guardToolCall(
   caller: Caller,
   dispatch: Dispatch,
   settings: GuardSettings,
+  signal: AbortSignal | undefined,
 ): Promise<JsonObject> {
   const tool = typeof params.name === 'string' ? params.name : '';
   // SEP: no key, exactly today's behaviour. Every call executes, with provider keys of its own
@@ -266,10 +269,11 @@ async function guardToolCall(
     return replay(claim.response);
   }
 
-  // The only path that executes. Whatever the dispatch answers is recorded, errors included.
-  // The dispatch runs to its end even when the SDK has aborted the request (a client that hung
-  // up, a stdio input that ended): its answer is recorded so the retry replays it. While it
-  // runs, the lease is renewed: a live call never loses its claim, however long it takes.
+  // The only path that executes. Whatever the dispatch answers is recorded, errors included,
+  // but for an answer that does not say what happened (see `settlementOf`). A tool that ignores
+  // the SDK's abort (a client that hung up, a stdio input that ended) runs to its end and its
+  // answer is recorded, so the retry replays it. While it runs, the lease is renewed: a live call
+  // never loses its claim, however long it takes.
   const { store, leases } = settings;
   const { ticket } = claim;
   leases.add(ticket);
@@ -284,6 +288,11 @@ async function guardToolCall(
   );
   const outcome = await settle(() => runExecution(execution, dispatch));
   leases.delete(ticket);
+  // An error answered after the request was aborted is, as likely as not, the abort itself,
+  // reaching a tool that honours it mid-call (a provider call given the signal): whether its
+  // side effect happened is unknown. (Over HTTP the SDK fires the signal once the exchange ends,
+  // which is after this: a signal aborted now was aborted while the tool ran.)
+  if (signal?.aborted && answeredError(outcome)) execution.markOutcomeUnknown(Messages.cancelledMidCall);
   const settlement = settlementOf(outcome, continuation, execution);
   let recorded = false;
   try {
@@ -293,8 +302,10 @@ async function guardToolCall(
         ? await store.complete(ticket, outcome.stored, retentionMs)
         : settlement === 'awaitingInput'
           ? await store.awaitInput(ticket, outcome.stored, awaitingInputRetentionMs)
-          : await store.release(ticket);
-    if (settlement === 'outcomeUnknown')
+          : await releaseSoon(store, ticket, settings.leaseMs);
+    if (settlement === 'storeFailed') {
+      // Logged below, with the answer.
+    } else if (settlement === 'outcomeUnknown')
       log.decide('unrecorded', id, Messages.outcomeUnknown(execution.outcomeUnknown));
     // Not recorded: the claim lost its key while the call ran (its renewals failed until the
     // lease ran out and a retry claimed the key, or the store was cleared). The operator should know.
@@ -303,17 +314,48 @@ async function guardToolCall(
   } catch (error) {
     // The caller still gets its answer; only a retry of a lost answer could execute again,
     // once the lease expires. That is the at-least-once window the SEP leaves to servers.
-    log.decide('unrecorded', id, String(error));
+    if (settlement !== 'storeFailed') log.decide('unrecorded', id, String(error));
+  }
+  // The tool could not get the record's transaction, so nothing it meant to write there was
+  // written: its answer (an error of the store's) is not the operation's, and is not recorded.
+  // The caller gets the store's own answer: nothing happened, retry later with the same key.
+  if (settlement === 'storeFailed') {
+    log.decide('storeUnavailable', id, String(execution.storeFailure));
+    throw idempotencyError(IdempotencyErrorType.storeUnavailable, Messages.storeUnavailable, idempotencyKey);
   }
   // The tool wrote in the record's transaction: unrecorded, its writes were rolled back with it
   // (or, if the commit's answer was lost, committed with it). Its answer would be a lie either way;
   // the retry with the same key replays or executes, once.
   if (execution.inTransaction && !recorded && settlement !== 'continuationRefused') {
-    await store.release(ticket).catch(() => {});
+    await releaseSoon(store, ticket, settings.leaseMs).catch(() => {});
     throw idempotencyError(IdempotencyErrorType.storeUnavailable, Messages.rolledBack, idempotencyKey);
   }
   if (outcome.threw) throw outcome.error;
   return outcome.result;
+}
+
+/**
+ * Releases the claim of a call that recorded nothing. If the store fails to, the release is tried
+ * again in the background, backing off from 100 ms to 5 s, until it succeeds or the lease would
+ * have ended anyway: a claim left standing after a short store stall would answer every retry
+ * "in progress" for the rest of its lease, though nothing holds it.
+ */
+async function releaseSoon(store: IdempotencyStore, ticket: ClaimTicket, leaseMs: number): Promise<boolean> {
+  try {
+    return await store.release(ticket);
+  } catch (error) {
+    const deadline = performance.now() + leaseMs;
+    const retry = (delayMs: number) => {
+      if (performance.now() + delayMs >= deadline) return;
+      const timer = setTimeout(() => {
+        store.release(ticket).catch(() => retry(Math.min(delayMs * 2, 5_000)));
+      }, delayMs);
+      // A process with nothing else to do may exit: its claim then ends with its lease.
+      timer.unref();
+    };
+    retry(100);
+    throw error;
+  }
 }
 
 /** An unkeyed call's scope, which only salts its execution's own provider keys. */
@@ -340,12 +382,17 @@ function unkeyedScope(caller: Caller, scopeOf: (caller: Caller) => string): stri
  *   whether it committed: `ToolExecution.markOutcomeUnknown`) settles nothing either, the same
  *   way: the retry executes again and sends the provider the same key, which the provider
  *   replays. Recording it would make the failure final and leave the client only a new key.
+ *   So does an error answered once the request was aborted (the abort, as a tool that honours
+ *   it reports it).
+ * - A round whose tool could not get the record's transaction (the store unreachable, its pool
+ *   busy) settles nothing, and is answered as the store's failure: nothing was written, retry.
  */
 function settlementOf(
   outcome: Outcome,
   continuation: boolean,
   execution: ToolExecution,
-): 'executed' | 'awaitingInput' | 'continuationRefused' | 'outcomeUnknown' {
+): 'executed' | 'awaitingInput' | 'continuationRefused' | 'outcomeUnknown' | 'storeFailed' {
+  if (execution.storeFailure !== undefined) return 'storeFailed';
   if (execution.outcomeUnknown !== undefined) return 'outcomeUnknown';
   if (!outcome.threw) return outcome.result.resultType === 'input_required' ? 'awaitingInput' : 'executed';
   return continuation && isRefusedContinuation(outcome.stored.error) ? 'continuationRefused' : 'executed';
@@ -438,6 +485,11 @@ async function settle(run: Dispatch): Promise<Outcome> {
   } catch (error) {
     return { threw: true, error, stored: { error: asWireError(error) } };
   }
+}
+
+/** Whether the dispatch answered an error: a JSON-RPC error, or a tool result marked `isError`. */
+function answeredError(outcome: Outcome): boolean {
+  return outcome.threw || outcome.result.isError === true;
 }
 
 function replay(response: StoredResponse): JsonObject {

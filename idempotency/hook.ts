@@ -33,6 +33,8 @@ export interface EntryReader<Ctx> {
   callerOf(ctx: Ctx): Caller;
   /** The params as they came off the wire; by default the request's own. */
   paramsOf?(params: Record<string, unknown>, ctx: Ctx): Readonly<Record<string, unknown>>;
+  /** The request's abort signal, which the SDK fires when the client cancels or hangs up. */
+  signalOf(ctx: Ctx): AbortSignal;
 }
 
 /**
@@ -52,6 +54,11 @@ export function guardToolsCallEntry<Ctx>(
   const guard = createToolCallGuard(options);
   const paramsOf = reader.paramsOf ?? ((params) => params);
   handlers.set('tools/call', (request, ctx) =>
-    guard(paramsOf(request.params ?? {}, ctx), reader.callerOf(ctx), () => dispatch(request, ctx)),
+    guard(
+      paramsOf(request.params ?? {}, ctx),
+      reader.callerOf(ctx),
+      () => dispatch(request, ctx),
+      reader.signalOf(ctx),
+    ),
   );
 }

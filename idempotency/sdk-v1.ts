@@ -40,7 +40,7 @@ function callerOf(extra: Extra): Caller {
  */
 export function installIdempotencyGuard(server: McpServer | Server, options: IdempotencyGuardOptions): void {
   const target = server instanceof McpServer ? server.server : server;
-  guardToolsCallEntry(target, { callerOf }, options);
+  guardToolsCallEntry(target, { callerOf, signalOf: (extra) => extra.signal }, options);
 
   // The SDK types `tools` as { listChanged?: boolean } but merges and sends whatever object it
   // is given, which is all the SEP asks. (Registered here, after McpServer's own handler

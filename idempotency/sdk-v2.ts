@@ -30,6 +30,7 @@ const v2Entry: EntryReader<ServerContext> = {
     const authInfo = ctx.http?.authInfo;
     return authInfo ? { authInfo } : {};
   },
+  signalOf: (ctx) => ctx.mcpReq.signal,
   /** The params with the continuation fields v2 lifted into `ctx.mcpReq` put back. */
   paramsOf(params, ctx) {
     const { inputResponses } = ctx.mcpReq;

@@ -14,6 +14,7 @@ import {
   INTERNAL_ERROR,
   INVALID_PARAMS,
   idempotencyErrorOf,
+  LOCAL_SCOPE,
 } from 'mcp-request-idempotency';
 import { callTool } from 'mcp-request-idempotency/client';
 import {
@@ -308,7 +309,7 @@ describe.skipIf(!redis)('a server instance that dies, or is stopped, mid-charge'
     const params = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: key };
     try {
       const lost = postToolCall(a.url, params).catch(() => undefined);
-      const [recordKey] = redisKeysOf(`${prefix}idem:`, { scope: 'anonymous', idempotencyKey: key });
+      const [recordKey] = redisKeysOf(`${prefix}idem:`, { scope: LOCAL_SCOPE, idempotencyKey: key });
       await waitUntil(async () => (await server().admin.exists(recordKey)) === 1, 5_000, 5);
       const claimedAt = performance.now();
       const ttl = await server().admin.pTTL(recordKey);
@@ -436,7 +437,7 @@ describe.skipIf(!redis)('a server instance that dies, or is stopped, mid-charge'
     const params = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: key };
     try {
       const lost = postToolCall(a.url, params).catch(() => undefined);
-      const [recordKey] = redisKeysOf(`${prefix}idem:`, { scope: 'anonymous', idempotencyKey: key });
+      const [recordKey] = redisKeysOf(`${prefix}idem:`, { scope: LOCAL_SCOPE, idempotencyKey: key });
       await waitUntil(async () => (await server().admin.exists(recordKey)) === 1, 5_000, 5);
       const stopped = performance.now();
       await a.stop();
