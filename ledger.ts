@@ -9,7 +9,7 @@
 // Latency is configurable so the demo can hold a charge open long enough for a duplicate to
 // arrive, or for the client to give up waiting.
 
-import { currentExecution } from 'mcp-request-idempotency';
+import { currentExecution, DEFAULT_PROVIDER_KEY_RETENTION_MS } from 'mcp-request-idempotency';
 import { checkedTablePrefix, postgresTransaction } from 'mcp-request-idempotency/postgres';
 import type { RedisClient } from 'mcp-request-idempotency/redis';
 import type pg from 'pg';
@@ -31,6 +31,11 @@ export interface Ledger {
   refund(amount: number, options?: RefundOptions): Promise<number>;
   balance(): Promise<number>;
   reset(): Promise<void>;
+  /**
+   * How long the provider behind the ledger keeps an idempotency key and replays its answer;
+   * absent for a ledger that takes no key. The guard keeps its records at least this long.
+   */
+  readonly providerKeyRetentionMs?: number;
 }
 
 export class MemoryLedger implements Ledger {
@@ -135,6 +140,8 @@ export interface ProviderLedgerOptions {
   sendKeys?: boolean;
   /** Told of every attempt that failed and will be retried, for the operator's log. */
   onRetry?: (event: ProviderRetry) => void;
+  /** How long the provider keeps a key (default 24 h, as the demo's provider and Stripe do). */
+  keyRetentionMs?: number;
 }
 
 /** One failed attempt, about to be retried with the same key. */
@@ -184,6 +191,7 @@ export class ProviderLedger implements Ledger {
   private readonly timeoutMs: number;
   private readonly sendKeys: boolean;
   private readonly onRetry: (event: ProviderRetry) => void;
+  readonly providerKeyRetentionMs: number | undefined;
 
   /** @param url the provider's base URL, e.g. http://127.0.0.1:4242 */
   constructor(
@@ -196,6 +204,9 @@ export class ProviderLedger implements Ledger {
     this.timeoutMs = options.timeoutMs ?? DEFAULT_PROVIDER_TIMEOUT_MS;
     this.sendKeys = options.sendKeys ?? true;
     this.onRetry = options.onRetry ?? (() => {});
+    this.providerKeyRetentionMs = this.sendKeys
+      ? (options.keyRetentionMs ?? DEFAULT_PROVIDER_KEY_RETENTION_MS)
+      : undefined;
   }
 
   async charge(amount: number, { idempotencyKey }: ChargeOptions = {}): Promise<number> {

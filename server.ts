@@ -318,6 +318,8 @@ export function createDemoServer(options: DemoServerOptions): McpServer {
   installIdempotencyGuard(mcp, {
     store,
     retentionMs: options.retentionMs,
+    // The demo's tools send derived keys only to the ledger's provider, if it takes them.
+    providerKeyRetentionMs: options.ledger.providerKeyRetentionMs ?? 0,
     leaseMs: options.leaseMs,
     awaitingInputRetentionMs: options.awaitingInputRetentionMs ?? REQUEST_STATE_TTL_SECONDS * 1000,
     scopeOf: options.scopeOf,

@@ -67,7 +67,7 @@ export const DEFAULT_RETRY_POLICY: RetryPolicy = {
   timeoutMs: 30_000,
   // An in-progress answer comes at once, and most calls finish in a few hundred milliseconds.
   initialBackoffMs: 100,
-  // Well inside the server's retention (300 s here) and its in-progress lease (120 s), so a late
+  // Well inside the server's retention (24 h by default) and its in-progress lease (120 s), so a late
   // retry still finds the record its first attempt left.
   maxBackoffMs: 5_000,
 };

@@ -59,6 +59,8 @@ export const Messages = {
     'the call outlived its in-progress lease and the key was claimed again; its response was not recorded',
   rolledBack:
     "This call's effects and its idempotency record could not be committed together, so neither was; retry with the same key",
+  retentionBelowProviderKeys: (retentionMs: number, providerKeyRetentionMs: number) =>
+    `retentionMs (${retentionMs}) is shorter than providerKeyRetentionMs (${providerKeyRetentionMs}): a key reused once its record is gone would reach the provider under the old operation's provider key, and be answered the old charge. Keep records at least as long as your provider keeps keys, or set providerKeyRetentionMs to your provider's (0 if no tool sends provider keys)`,
   cancelledMidCall:
     'the request was cancelled while the tool ran, and the tool answered an error: the cancellation, as likely as not, so whether its side effect happened is unknown',
   outcomeUnknown: (reason: string | undefined) =>

@@ -32,8 +32,24 @@ import type {
   WireError,
 } from './store.js';
 
-/** The prototype's retention: long enough for any sane retry loop, short enough to bound memory. */
-export const DEFAULT_RETENTION_MS = 300_000;
+/**
+ * How long the providers a tool calls with `providerKey` keep an idempotency key and replay its
+ * answer: Stripe's 24 hours (the longest of the payment APIs'; Adyen and the IETF draft leave it
+ * to the provider). Tell the guard your provider's (`providerKeyRetentionMs`), or 0 when no tool
+ * sends a derived key anywhere.
+ */
+export const DEFAULT_PROVIDER_KEY_RETENTION_MS = 24 * 60 * 60 * 1000;
+
+/**
+ * How long a completed record is kept and replayed: as long as the provider keeps its key, so a
+ * key reused for a new operation once its record is gone reaches a provider that has forgotten
+ * the old one. The derived provider key depends only on the caller's scope, the MCP key and the
+ * tool, and must, so that a retry that executes again after a crash (on another instance, after a
+ * restart) sends the key the provider already committed. Forgotten by the guard and still known to
+ * the provider, a reused key would be replayed the old operation's answer: charged nothing,
+ * told it succeeded. (The prototype kept 300 s.)
+ */
+export const DEFAULT_RETENTION_MS = DEFAULT_PROVIDER_KEY_RETENTION_MS;
 
 /**
  * How long an in-progress claim holds its key if the instance running it dies and never
@@ -133,7 +149,13 @@ export interface DecisionEvent {
 
 export interface IdempotencyGuardOptions {
   store: IdempotencyStore;
+  /** How long a completed record is replayed; at least `providerKeyRetentionMs`. */
   retentionMs?: number;
+  /**
+   * How long the providers your tools call with `providerKey` keep a key (0: no tool does). The
+   * guard refuses a `retentionMs` shorter than this: see `DEFAULT_RETENTION_MS`.
+   */
+  providerKeyRetentionMs?: number;
   leaseMs?: number;
   /** How long a key awaits a continuation; match it to the TTL of your `requestState`. */
   awaitingInputRetentionMs?: number;
@@ -168,9 +190,18 @@ export type ToolCallGuard = (
 
 export function createToolCallGuard(options: IdempotencyGuardOptions): ToolCallGuard {
   const leaseMs = options.leaseMs ?? DEFAULT_LEASE_MS;
+  const retentionMs = options.retentionMs ?? DEFAULT_RETENTION_MS;
+  const providerKeyRetentionMs = options.providerKeyRetentionMs ?? DEFAULT_PROVIDER_KEY_RETENTION_MS;
+  for (const [name, ms] of Object.entries({ retentionMs, leaseMs })) {
+    if (!(Number.isFinite(ms) && ms > 0)) throw new RangeError(`${name} must be a positive number, got ${ms}`);
+  }
+  if (!(retentionMs >= providerKeyRetentionMs)) {
+    throw new RangeError(Messages.retentionBelowProviderKeys(retentionMs, providerKeyRetentionMs));
+  }
   const settings: GuardSettings = {
     store: options.store,
-    retentionMs: options.retentionMs ?? DEFAULT_RETENTION_MS,
+    retentionMs,
+    providerKeyRetentionMs,
     leaseMs,
     awaitingInputRetentionMs: options.awaitingInputRetentionMs ?? DEFAULT_AWAITING_INPUT_RETENTION_MS,
     scopeOf: options.scopeOf ?? principalScope,

@@ -15,7 +15,7 @@ import {
   type StoredResponse,
 } from './store.js';
 
-/** Default cap. Roughly 100 MB at the demo's response size; 333 keyed calls/s for 300 s. */
+/** Default cap. Roughly 100 MB at the demo's response size; over the 24 h retention, a keyed call a second. */
 export const DEFAULT_MAX_RECORDS = 100_000;
 
 /**

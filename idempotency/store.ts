@@ -104,12 +104,12 @@ export interface IdempotencyStore {
 }
 
 /**
- * Default quota of one caller (one scope), in either store: live records. A hundredth of the
- * memory store's global cap, so no single caller can lock every other out of deduplication (the
- * SEP: servers SHOULD apply rate limits and quotas to the records); 1,000 records over the 300 s
- * retention is a caller making more than three keyed calls a second without pause.
+ * Default quota of one caller (one scope), in either store: live records. A tenth of the memory
+ * store's global cap, so no single caller can lock every other out of deduplication (the SEP:
+ * servers SHOULD apply rate limits and quotas to the records); over the default 24 h retention,
+ * a caller making a keyed call every nine seconds, day and night.
  */
-export const DEFAULT_MAX_RECORDS_PER_SCOPE = 1_000;
+export const DEFAULT_MAX_RECORDS_PER_SCOPE = 10_000;
 
 /** Default quota of one caller: characters of stored responses, a sixteenth of the memory store's budget. */
 export const DEFAULT_MAX_BYTES_PER_SCOPE = 16 * 1024 * 1024;

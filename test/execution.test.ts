@@ -7,7 +7,9 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import {
+  createToolCallGuard,
   currentExecution,
+  DEFAULT_PROVIDER_KEY_RETENTION_MS,
   MemoryIdempotencyStore,
   providerKey,
   ToolExecution,
@@ -15,7 +17,12 @@ import {
 import { callTool } from 'mcp-request-idempotency/client';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { ChargeOptions, Ledger, RefundOptions } from '../ledger.js';
-import { connectInProcess, type InProcessConnection, type InProcessOptions } from './support/in-process.js';
+import {
+  connectInProcess,
+  type InProcessConnection,
+  type InProcessOptions,
+  ManualClock,
+} from './support/in-process.js';
 import { textOf } from './support/sep-cases.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -201,5 +208,98 @@ describe('a tool whose outcome is unknown', () => {
     const retry = await callTool(client, { ...keyed(key), arguments: { amount: -1 } });
     expect(retry).toEqual(first);
     expect(ledger.keys).toHaveLength(0);
+  });
+});
+
+/**
+ * A payment provider that keeps each idempotency key for `keyRetentionMs` and replays its answer
+ * to the same key (Stripe keeps keys 24 h), on the test's clock.
+ */
+class ReplayingProvider implements Ledger {
+  private total = 0;
+  private readonly answers = new Map<string, { balance: number; until: number }>();
+  /** Calls made; `charges` counts those that charged, the rest were replays of a known key. */
+  calls = 0;
+  charges = 0;
+  constructor(
+    private readonly clock: ManualClock,
+    readonly providerKeyRetentionMs = DEFAULT_PROVIDER_KEY_RETENTION_MS,
+  ) {}
+  async charge(amount: number, { idempotencyKey }: ChargeOptions = {}): Promise<number> {
+    this.calls += 1;
+    const known = idempotencyKey === undefined ? undefined : this.answers.get(idempotencyKey);
+    if (known && known.until > this.clock.now()) return known.balance;
+    this.charges += 1;
+    this.total += amount;
+    if (idempotencyKey !== undefined) {
+      this.answers.set(idempotencyKey, {
+        balance: this.total,
+        until: this.clock.now() + this.providerKeyRetentionMs,
+      });
+    }
+    return this.total;
+  }
+  refund(amount: number, options: RefundOptions = {}): Promise<number> {
+    return this.charge(-amount, options);
+  }
+  async balance(): Promise<number> {
+    return this.total;
+  }
+  async reset(): Promise<void> {
+    this.total = 0;
+  }
+}
+
+describe('a key reused once its record is gone', () => {
+  const HOUR_MS = 60 * 60 * 1000;
+
+  it('is replayed by the guard for as long as the provider keeps the provider key, by default', async () => {
+    const clock = new ManualClock();
+    const provider = new ReplayingProvider(clock);
+    const { client } = await server(provider, { store: new MemoryIdempotencyStore({ now: clock.now }) });
+    const key = randomUUID();
+    const first = await callTool(client, keyed(key));
+
+    clock.advance(23 * HOUR_MS);
+    expect(await callTool(client, keyed(key))).toEqual(first);
+    // Replayed by the guard: the provider was not asked again.
+    expect(provider.calls).toBe(1);
+
+    // Both have forgotten: the reused key is a new operation, and the provider charges it.
+    clock.advance(HOUR_MS + 1);
+    expect(textOf(await callTool(client, keyed(key)))).toBe('Charged 100. New balance: 200');
+    expect(provider.charges).toBe(2);
+  });
+
+  it('is refused as a configuration: a guard that would forget its records before the provider forgets its keys does not start', async () => {
+    const store = new MemoryIdempotencyStore();
+    expect(() => createToolCallGuard({ store, retentionMs: 200 })).toThrow(
+      /retentionMs \(200\) is shorter than providerKeyRetentionMs \(86400000\)/,
+    );
+    expect(() => createToolCallGuard({ store, retentionMs: 999, providerKeyRetentionMs: 1_000 })).toThrow(
+      RangeError,
+    );
+    // The demo's server takes its provider's retention from the ledger.
+    await expect(
+      server(new ReplayingProvider(new ManualClock()), { store, retentionMs: 200 }).then((c) =>
+        callTool(c.client, keyed(randomUUID())),
+      ),
+    ).rejects.toThrow();
+    expect(() => createToolCallGuard({ store, retentionMs: 200, providerKeyRetentionMs: 200 })).not.toThrow();
+    expect(() => createToolCallGuard({ store, retentionMs: 200, providerKeyRetentionMs: 0 })).not.toThrow();
+  });
+
+  it('reaches a provider that has forgotten the old operation when the guard is told the provider’s retention', async () => {
+    const clock = new ManualClock();
+    const provider = new ReplayingProvider(clock, 1_000);
+    const { client } = await server(provider, {
+      store: new MemoryIdempotencyStore({ now: clock.now }),
+      retentionMs: 1_000,
+    });
+    const key = randomUUID();
+    expect(textOf(await callTool(client, keyed(key)))).toBe('Charged 100. New balance: 100');
+    clock.advance(1_001);
+    expect(textOf(await callTool(client, keyed(key)))).toBe('Charged 100. New balance: 200');
+    expect(provider.charges).toBe(2);
   });
 });
