@@ -80,10 +80,12 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
    */
   private nextExpiry = Number.POSITIVE_INFINITY;
   private readonly usage = new Map<string, ScopeUsage>();
-  // One map per state, each in insertion order. The guard uses one lease and one retention per
+  // One map per state, each in insertion order. A guard uses one lease and one retention per
   // state, so insertion order is expiry order and expired records are at the front: evicting
-  // them costs O(1) per record, however many records are stored. (The one exception, an
-  // awaiting-input record put back by `release` with its original expiry, is checked on lookup.)
+  // them costs O(1) per record, however many records are stored. Where it is not (guards with
+  // other leases or retentions sharing the store; an awaiting-input record put back by `release`
+  // with its original expiry), a record is also checked on lookup, so none outlives its expiry;
+  // the sweep then reclaims its memory once the records before it have expired.
   private readonly inProgress = new Map<string, InProgressRecord>();
   private readonly awaiting = new Map<string, StoredRecord>();
   private readonly completed = new Map<string, StoredRecord>();
@@ -119,10 +121,15 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     this.evictExpired(now);
     const slot = slotOf(id);
 
+    // Each record is checked for expiry as it is found, not only swept from the front: guards with
+    // other leases or retentions may share this store, and then insertion order is not expiry order.
     const running = this.inProgress.get(slot);
-    if (running) return { state: 'inProgress', fingerprint: running.fingerprint };
+    if (running && running.expiresAt > now) return { state: 'inProgress', fingerprint: running.fingerprint };
+    if (running) this.forget(this.inProgress, slot, running);
     const done = this.completed.get(slot);
-    if (done) return { state: 'completed', fingerprint: done.fingerprint, response: done.response };
+    if (done && done.expiresAt > now)
+      return { state: 'completed', fingerprint: done.fingerprint, response: done.response };
+    if (done) this.forget(this.completed, slot, done);
     const waiting = this.awaiting.get(slot);
     if (waiting && waiting.expiresAt > now) {
       if (!continuation || waiting.fingerprint !== fingerprint) {
