@@ -41,8 +41,20 @@ const MEMORY_RUNS = LONG ? 3_000 : 300;
 const REDIS_RUNS = LONG ? 500 : 50;
 const POSTGRES_RUNS = LONG ? 500 : 50;
 const MAX_COMMANDS = 25;
-/** Long enough that a second continuation sent with the first finds it still running. */
+/** A refund's own time; two continuations sent together are held apart by `HeldLedger` instead. */
 const REFUND_LATENCY_MS = 20;
+
+/**
+ * A ledger whose refunds wait, while `hold` is set, until it is let go: a continuation sent with
+ * another then finds it still running, however slowly the machine serves the second one.
+ */
+class HeldLedger extends MemoryLedger {
+  hold: Promise<void> | undefined;
+  override async refund(amount: number): Promise<number> {
+    await this.hold;
+    return super.refund(amount);
+  }
+}
 
 const ARGUMENTS: ReadonlyArray<{ orderId: string; amount: number }> = [
   { orderId: 'A-1001', amount: 4200 },
@@ -80,6 +92,7 @@ interface Model {
 interface Real {
   client: Client;
   decisions: DecisionEvent[];
+  ledger: HeldLedger;
   balance(): Promise<number>;
 }
 
@@ -245,7 +258,19 @@ class SendTogether implements Command {
     const key = model.keys[this.key] as KeyModel;
     const params = paramsOf(this.key, key.args, { answer: 'yes', state: key.requestState as string });
     const seen = real.decisions.length;
-    const answers = await Promise.all([round(real.client, params), round(real.client, params)]);
+    let letGo = () => {};
+    real.ledger.hold = new Promise((resolve) => {
+      letGo = resolve;
+    });
+    const rounds = Promise.all([round(real.client, params), round(real.client, params)]);
+    // The refund is held until the other continuation has been decided (or 10 s have passed).
+    for (const started = performance.now(); performance.now() - started < 10_000; ) {
+      if (real.decisions.length > seen) break;
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    real.ledger.hold = undefined;
+    letGo();
+    const answers = await rounds;
     const decisions = real.decisions
       .slice(seen)
       .map((d) => d.decision)
@@ -297,7 +322,7 @@ function programs(): fc.Arbitrary<Iterable<Command>> {
 const ran = { programs: 0, steps: 0 };
 
 async function runProgram(store: IdempotencyStore, commands: Iterable<Command>): Promise<void> {
-  const ledger = new MemoryLedger(REFUND_LATENCY_MS);
+  const ledger = new HeldLedger(REFUND_LATENCY_MS);
   // The client declares form elicitation, as one that can answer must; the rounds are sent by hand.
   const askUser = () => Promise.reject(new Error('the rounds here are sent by hand'));
   const connection = await connectInProcess({ store, ledger, entry: 'http', askUser });
@@ -310,6 +335,7 @@ async function runProgram(store: IdempotencyStore, commands: Iterable<Command>):
     const real: Real = {
       client: connection.client,
       decisions: connection.decisions,
+      ledger,
       balance: () => ledger.balance(),
     };
     const counted = [...commands];
