@@ -12,6 +12,7 @@ import {
   type RequestOptions,
   SdkError,
   SdkErrorCode,
+  SdkHttpError,
   type Transport,
 } from '@modelcontextprotocol/client';
 import { z } from 'zod';
@@ -76,6 +77,7 @@ export type AttemptOutcome =
   | 'answered'
   | 'timedOut'
   | 'connectionLost'
+  | 'gatewayError'
   | 'inProgress'
   | 'storeUnavailable'
   | 'storeFull';
@@ -136,8 +138,9 @@ export async function callToolIdempotently(
 
 /**
  * Sends one keyed operation until it is answered or the policy gives up, and reports each
- * attempt's outcome. Retried: a timeout or a lost connection (the answer may be lost, not the
- * work), and the answers that say "nothing happened yet, try again later with the same key".
+ * attempt's outcome. Retried: a timeout, a lost connection or a gateway's 502/503/504 (the answer
+ * may be lost, not the work), and the answers that say "nothing happened yet, try again later
+ * with the same key".
  * Anything else (a conflict, an invalid key, any tool result, `isError` or not) is the answer.
  * `connected` says whether a retry has a way to the server at all: a closed stdio connection
  * stays closed.
@@ -174,8 +177,17 @@ function retryableOutcome(error: unknown): AttemptOutcome | undefined {
   // fetch rejects a refused, reset or cut connection with a TypeError whose `cause` is the
   // socket's error; a TypeError from a bug has no cause, and is not retried.
   if (error instanceof TypeError && error.cause instanceof Error) return 'connectionLost';
+  if (error instanceof SdkHttpError && GATEWAY_STATUSES.has(error.status)) return 'gatewayError';
   return undefined;
 }
+
+/**
+ * What a load balancer or proxy answers when the server behind it failed, timed out or went away:
+ * possibly after the server ran the call, so exactly an answer lost on the way. The server's own
+ * provider hop retries the same statuses. Any other HTTP status (a 400, a 401, a 413) says the
+ * request itself is wrong, and a retry would only be refused again.
+ */
+const GATEWAY_STATUSES: ReadonlySet<number> = new Set([502, 503, 504]);
 
 /** Exponential backoff with full jitter, so a crowd of retries does not arrive together. */
 function backoff(failures: number, policy: RetryPolicy): number {

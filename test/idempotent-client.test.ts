@@ -48,12 +48,12 @@ interface Wire {
 
 /**
  * `rewrite` changes a tools/call's params before they are sent (to meet a key the wrapper would
- * never choose); `lose` decides, after the server answered, that the answer never arrives.
+ * never choose); `lose` decides, after the server answered, that the answer never arrives, and how.
  */
 function wire(
   next: Fetch = fetch,
   rewrite: (params: Params) => Params = (params) => params,
-  lose: (params: Params) => boolean = () => false,
+  lose: (params: Params) => Loss | undefined = () => undefined,
 ): Wire {
   const calls: Params[] = [];
   const recording: Fetch = async (url, init) => {
@@ -66,12 +66,21 @@ function wire(
     const { _meta: _envelope, ...call } = sent;
     calls.push(call);
     const response = await next(url, { ...init, body: JSON.stringify({ ...message, params: sent }) });
-    if (!lose(sent)) return response;
+    const loss = lose(sent);
+    if (loss === undefined) return response;
     await response.text(); // the server answered in full: it executed, and only the answer is lost
-    throw new TypeError('fetch failed', { cause: new Error('other side closed') });
+    if (loss === 'cut') throw new TypeError('fetch failed', { cause: new Error('other side closed') });
+    // A load balancer's answer when the server behind it broke off: not JSON-RPC, not the server's.
+    return new Response(`<html>${loss} from the gateway</html>`, {
+      status: loss,
+      headers: { 'content-type': 'text/html' },
+    });
   };
   return { fetch: recording, calls };
 }
+
+/** How an answer the server gave is lost: the connection cut, or a gateway's status in its place. */
+type Loss = 'cut' | 502 | 503 | 504;
 
 function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
@@ -164,7 +173,7 @@ describe.each(ERAS)('IdempotentClient on %s, against the demo server', (era: Era
 
     test('over a connection cut after the server answered, is re-sent and replays', async () => {
       let answers = 0;
-      const lossy = wire(fetch, undefined, () => ++answers === 1);
+      const lossy = wire(fetch, undefined, () => (++answers === 1 ? 'cut' : undefined));
       const { shop, attempts, calls } = await connect({ wire: lossy });
       const result = await shop.callTool('charge_guarded', { amount: 100 });
       expect(attempts.map((a) => a.outcome)).toStrictEqual(['connectionLost', 'answered']);
@@ -173,6 +182,21 @@ describe.each(ERAS)('IdempotentClient on %s, against the demo server', (era: Era
       expect(result.structuredContent).toStrictEqual({ charged: 100, balance: 100 });
       expect(await balanceOf(plain)).toBe(100);
     });
+
+    test.each([502, 503, 504] as const)(
+      'through a gateway that answers %i after the server charged, is re-sent and replays',
+      async (status) => {
+        let answers = 0;
+        const gateway = wire(fetch, undefined, () => (++answers === 1 ? status : undefined));
+        const { shop, attempts, calls } = await connect({ wire: gateway });
+        const result = await shop.callTool('charge_guarded', { amount: 100 });
+        expect(attempts.map((a) => a.outcome)).toStrictEqual(['gatewayError', 'answered']);
+        expect(keysOf(calls)[1]).toBe(keysOf(calls)[0]);
+        expect(decisionsFor(keysOf(calls)[0])).toStrictEqual(['executed', 'replayed']);
+        expect(result.structuredContent).toStrictEqual({ charged: 100, balance: 100 });
+        expect(await balanceOf(plain)).toBe(100);
+      },
+    );
   });
 
   test('retries stop at maxAttempts, and the last answer is thrown', async () => {
