@@ -171,32 +171,22 @@ describe.each(ERAS)('IdempotentClient on %s, against the demo server', (era: Era
       expect(await balanceOf(plain)).toBe(100);
     });
 
-    test('over a connection cut after the server answered, is re-sent and replays', async () => {
+    test.each([
+      ['over a connection cut after the server answered', 'cut', 'connectionLost'],
+      ['through a gateway answering 502 after the server charged', 502, 'gatewayError'],
+      ['through a gateway answering 503 after the server charged', 503, 'gatewayError'],
+      ['through a gateway answering 504 after the server charged', 504, 'gatewayError'],
+    ] as const)('%s, is re-sent and replays', async (_, loss, outcome) => {
       let answers = 0;
-      const lossy = wire(fetch, undefined, () => (++answers === 1 ? 'cut' : undefined));
+      const lossy = wire(fetch, undefined, () => (++answers === 1 ? loss : undefined));
       const { shop, attempts, calls } = await connect({ wire: lossy });
       const result = await shop.callTool('charge_guarded', { amount: 100 });
-      expect(attempts.map((a) => a.outcome)).toStrictEqual(['connectionLost', 'answered']);
+      expect(attempts.map((a) => a.outcome)).toStrictEqual([outcome, 'answered']);
       expect(keysOf(calls)[1]).toBe(keysOf(calls)[0]);
       expect(decisionsFor(keysOf(calls)[0])).toStrictEqual(['executed', 'replayed']);
       expect(result.structuredContent).toStrictEqual({ charged: 100, balance: 100 });
       expect(await balanceOf(plain)).toBe(100);
     });
-
-    test.each([502, 503, 504] as const)(
-      'through a gateway that answers %i after the server charged, is re-sent and replays',
-      async (status) => {
-        let answers = 0;
-        const gateway = wire(fetch, undefined, () => (++answers === 1 ? status : undefined));
-        const { shop, attempts, calls } = await connect({ wire: gateway });
-        const result = await shop.callTool('charge_guarded', { amount: 100 });
-        expect(attempts.map((a) => a.outcome)).toStrictEqual(['gatewayError', 'answered']);
-        expect(keysOf(calls)[1]).toBe(keysOf(calls)[0]);
-        expect(decisionsFor(keysOf(calls)[0])).toStrictEqual(['executed', 'replayed']);
-        expect(result.structuredContent).toStrictEqual({ charged: 100, balance: 100 });
-        expect(await balanceOf(plain)).toBe(100);
-      },
-    );
   });
 
   test('retries stop at maxAttempts, and the last answer is thrown', async () => {
