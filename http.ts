@@ -68,9 +68,15 @@ export type BearerTokens = readonly BearerToken[];
 /**
  * Parses `DEMO_BEARER_TOKENS`: comma-separated `principal:token` or `principal:token:scope+scope`.
  * A principal may hold several tokens (one that may charge, one that may only read). An entry
- * without scopes gets every scope in `allScopes`. Throws, naming the entry, on anything else.
+ * without scopes gets `unnamed`, the scopes any caller may hold; a scope beyond those (an
+ * operator's) only when the entry names it: a token gets no more than it is given. Throws, naming
+ * the entry, on anything else.
  */
-export function parseBearerTokens(spec: string, allScopes: readonly string[]): BearerTokens {
+export function parseBearerTokens(
+  spec: string,
+  allScopes: readonly string[],
+  unnamed: readonly string[],
+): BearerTokens {
   const tokens: BearerToken[] = [];
   for (const entry of spec.split(',').map((s) => s.trim())) {
     if (entry === '') continue;
@@ -79,7 +85,7 @@ export function parseBearerTokens(spec: string, allScopes: readonly string[]): B
     if (!principal || !token || rest.length > 0 || scopeList === '') {
       throw new Error(`DEMO_BEARER_TOKENS entries are ${shape}, got "${entry}"`);
     }
-    const scopes = scopeList === undefined ? [...allScopes] : scopeList.split('+');
+    const scopes = scopeList === undefined ? [...unnamed] : scopeList.split('+');
     const unknown = scopes.find((scope) => !allScopes.includes(scope));
     if (unknown !== undefined) {
       throw new Error(

@@ -1,11 +1,11 @@
 // The HTTP entry's own defences, against real server processes and real sockets: what a request
 // must name to be served (Host and Origin), how long an upload may take and how many connections
-// may be open at once.
+// may be open at once, and who may reset every caller's records.
 
 import { randomUUID } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { connect, type Socket } from 'node:net';
-import { MemoryIdempotencyStore } from 'mcp-request-idempotency';
+import { IdempotencyErrorType, MemoryIdempotencyStore } from 'mcp-request-idempotency';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { allowedHostsOf, type RunningHttpServer, startHttpServer } from '../http.js';
 import { type HttpInstance, startHttpInstance } from '../launch.js';
@@ -172,4 +172,48 @@ describe('slow uploads, with no tokens to keep strangers out', () => {
     expect(status).toBe(200);
     expect(await ledger.balance()).toBe(7);
   }, 40_000);
+});
+
+// --- reset_ledger: an operator's, never any caller's ---
+
+describe('reset_ledger, which forgets every caller’s records', () => {
+  const CHARGE_LATENCY_MS = 3_000;
+  let server: HttpInstance;
+  beforeAll(async () => {
+    // bob and alice name no scopes; ops is given admin by name.
+    server = await startHttpInstance(['--charge-latency-ms', String(CHARGE_LATENCY_MS)], {
+      DEMO_BEARER_TOKENS: 'alice:token-a,bob:token-b,ops:token-o:admin',
+    });
+  });
+  afterAll(() => server?.stop());
+
+  const as = (token: string) => ({ authorization: `Bearer ${token}` });
+
+  it('is refused to a caller whose token names no scopes, so another caller’s running charge is not executed twice', async () => {
+    const params = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: randomUUID() };
+    const before = await balanceAt(server.url, as('token-b'));
+    const running = postRaw(server.url, toolsCall(params), as('token-b'));
+    running.catch(() => {}); // awaited below; a failed assertion before then must not leave it unhandled
+    await new Promise((resolve) => setTimeout(resolve, 300)); // for it to reach the server first
+    // bob's retry meets his charge in progress: it is running now.
+    const meanwhile = await postRaw(server.url, toolsCall(params), as('token-b'));
+    expect(JSON.parse(meanwhile.text).error?.data?.type).toBe(IdempotencyErrorType.inProgress);
+
+    const reset = await postAs(server.url, toolsCall({ name: 'reset_ledger', arguments: {} }), as('token-a'));
+    expect(reset).toBe(403);
+
+    const first = await running;
+    const retry = await postRaw(server.url, toolsCall(params), as('token-b'));
+    expect(retry.text).toBe(first.text);
+    const decided = server.decisions().filter((d) => d.idempotencyKey === params.idempotencyKey);
+    expect(decided.filter((d) => d.decision === 'executed')).toHaveLength(1);
+    expect(await balanceAt(server.url, as('token-b'))).toBe(before + 100);
+  }, 30_000);
+
+  it('is the operator’s, whose token names admin', async () => {
+    expect(await postAs(server.url, toolsCall({ name: 'reset_ledger', arguments: {} }), as('token-o'))).toBe(
+      200,
+    );
+    expect(await balanceAt(server.url, as('token-a'))).toBe(0);
+  });
 });
