@@ -150,20 +150,24 @@ async function untilAnswered(
   send: (attempt: number) => Promise<CallToolResult>,
   note: (outcome: AttemptOutcome) => void,
   connected: () => boolean = () => true,
+  signal?: AbortSignal,
 ): Promise<CallToolResult> {
   for (let attempt = 1; ; attempt++) {
+    signal?.throwIfAborted();
     try {
       const result = await send(attempt);
       note('answered');
       return result;
     } catch (error) {
+      // The SDK rejects an aborted request as a timeout: the caller's abort is not one to retry.
+      signal?.throwIfAborted();
       const outcome = retryableOutcome(error);
       if (outcome === undefined) throw error;
       note(outcome);
       if (attempt >= policy.maxAttempts) throw error;
       if (outcome === 'connectionLost' && !connected()) throw error;
     }
-    await sleep(backoff(attempt, policy));
+    await sleep(backoff(attempt, policy), signal);
   }
 }
 
@@ -195,8 +199,19 @@ function backoff(failures: number, policy: RetryPolicy): number {
   return Math.random() * ceiling;
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
+/** Waits `ms`, or rejects with the signal's reason as soon as it is aborted. */
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const aborted = () => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', aborted);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', aborted, { once: true });
+  });
 }
 
 // --- A client that owns its keys and its retries ---
@@ -209,6 +224,21 @@ export interface IdempotentClientOptions extends Partial<RetryPolicy> {
   /** Told once when the server does not advertise the capability (default `console.warn`). */
   onWarning?: (message: string) => void;
   /** Observe each attempt of a keyed call. */
+  onAttempt?: (attempt: Attempt) => void;
+}
+
+/** What one `IdempotentClient.callTool` may add to the client's own options. */
+export interface CallOptions {
+  /**
+   * The operation's key, when the caller chose it: to store it with the order before the first
+   * attempt, so a caller that restarts can send the same operation again under the same key.
+   * Default: a new UUID. Ignored when the call is not keyed (a read, or a server without the
+   * capability).
+   */
+  idempotencyKey?: string;
+  /** Gives up: the attempt under way is abandoned, no retry follows, and the call rejects with the reason. */
+  signal?: AbortSignal;
+  /** Observe each attempt of this call (besides the client's own `onAttempt`). */
   onAttempt?: (attempt: Attempt) => void;
 }
 
@@ -264,13 +294,18 @@ export class IdempotentClient {
    * Calls `name`: keyed and retried if it has side effects and the server deduplicates, else
    * once. Every attempt, keyed or not, gives up after `timeoutMs`. Resolves with the tool's
    * result (`isError` included); rejects with the last error when the retries run out, or at
-   * once with an error no retry can fix (a conflict, an invalid key, anything unexpected).
+   * once with an error no retry can fix (a conflict, an invalid key, anything unexpected), or
+   * with the reason `options.signal` was aborted for.
    */
-  async callTool(name: string, args: Record<string, unknown> = {}): Promise<CallToolResult> {
+  async callTool(
+    name: string,
+    args: Record<string, unknown> = {},
+    options: CallOptions = {},
+  ): Promise<CallToolResult> {
     const call = { name, arguments: args };
-    const once = { timeout: this.policy.timeoutMs };
+    const once = { timeout: this.policy.timeoutMs, signal: options.signal };
     if (!this.deduplicates || (await this.isReadOnly(name))) return callTool(this.client, call, once);
-    const idempotencyKey = randomUUID();
+    const idempotencyKey = options.idempotencyKey ?? randomUUID();
     const started = performance.now();
     let attempt = 0;
     return untilAnswered(
@@ -279,9 +314,12 @@ export class IdempotentClient {
       (outcome) => {
         attempt += 1;
         const elapsedMs = performance.now() - started;
-        this.onAttempt?.({ attempt, client: 0, outcome, idempotencyKey, elapsedMs });
+        const noted: Attempt = { attempt, client: 0, outcome, idempotencyKey, elapsedMs };
+        this.onAttempt?.(noted);
+        options.onAttempt?.(noted);
       },
       () => this.client.transport !== undefined,
+      options.signal,
     );
   }
 

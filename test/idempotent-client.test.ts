@@ -189,6 +189,50 @@ describe.each(ERAS)('IdempotentClient on %s, against the demo server', (era: Era
     });
   });
 
+  describe('what one call adds to the client', () => {
+    test('a key the caller chose (and stored before sending) is the key of every attempt', async () => {
+      const idempotencyKey = crypto.randomUUID();
+      const { shop, calls, attempts } = await connect(IMPATIENT);
+      const own: Attempt[] = [];
+      const result = await shop.callTool(
+        'charge_guarded',
+        { amount: 100 },
+        { idempotencyKey, onAttempt: (a) => own.push(a) },
+      );
+      expect(result.structuredContent).toStrictEqual({ charged: 100, balance: 100 });
+      expect(calls.length).toBeGreaterThan(1);
+      expect(new Set(keysOf(calls))).toStrictEqual(new Set([idempotencyKey]));
+      expect(decisionsFor(idempotencyKey).filter((d) => d === 'executed')).toHaveLength(1);
+      // The call's own observer sees what the client's sees, this call's attempts only.
+      expect(own).toStrictEqual(attempts);
+      expect(await balanceOf(plain)).toBe(100);
+    });
+
+    test.each([
+      ['between attempts', IMPATIENT],
+      ['during an attempt', { ...IMPATIENT, timeoutMs: 5_000 }],
+    ])(
+      'an abort %s ends the retries: the call rejects with its reason, no attempt follows',
+      async (when, policy) => {
+        const { shop, calls } = await connect(policy);
+        const stop = new AbortController();
+        const reason = new Error('the user closed the checkout');
+        const abort = () => stop.abort(reason);
+        if (when === 'during an attempt') setTimeout(abort, CHARGE_LATENCY_MS / 4);
+        const charging = shop.callTool(
+          'charge_guarded',
+          { amount: 100 },
+          { signal: stop.signal, onAttempt: abort },
+        );
+        expect(await errorFrom(charging)).toBe(reason);
+        // The first attempt's charge, already running, still completes, once; nothing is sent again.
+        await new Promise((resolve) => setTimeout(resolve, 2 * CHARGE_LATENCY_MS));
+        expect(await balanceOf(plain)).toBe(100);
+        expect(calls).toHaveLength(1);
+      },
+    );
+  });
+
   test('retries stop at maxAttempts, and the last answer is thrown', async () => {
     const { shop, attempts, calls } = await connect({
       timeoutMs: 100,
