@@ -14,6 +14,7 @@ import {
   SdkErrorCode,
   SdkHttpError,
   type Transport,
+  type TransportSendOptions,
 } from '@modelcontextprotocol/client';
 import { z } from 'zod';
 import { IdempotencyErrorType, idempotencyErrorOf } from './errors.js';
@@ -258,6 +259,8 @@ export class IdempotentClient {
   private readonly policy: RetryPolicy;
   private readonly onAttempt?: (attempt: Attempt) => void;
   private readOnlyTools?: Promise<ReadonlySet<string>>;
+  /** Told when the answer stream of the attempt under way with this key ends (see `reportStreamEnds`). */
+  private readonly streamEnded = new Map<string, () => void>();
 
   /**
    * Connects `client` over `transport` and reads the capabilities as the server sent them
@@ -285,6 +288,7 @@ export class IdempotentClient {
     this.policy = { ...DEFAULT_RETRY_POLICY, ...policy };
     this.onAttempt = onAttempt;
     this.deduplicates = advertisesIdempotency(serverCapabilities);
+    if (client.transport) reportStreamEnds(client.transport, (key) => this.streamEnded.get(key));
     // SEP: a client MAY send a key anyway, but without the capability nothing promises a retry
     // will not execute again; such a server gets today's calls, and the caller is told once.
     if (!this.deduplicates) onWarning(NO_CAPABILITY_WARNING);
@@ -310,7 +314,7 @@ export class IdempotentClient {
     let attempt = 0;
     return untilAnswered(
       this.policy,
-      () => callTool(this.client, { ...call, idempotencyKey }, once),
+      () => this.attempt({ ...call, idempotencyKey }, once),
       (outcome) => {
         attempt += 1;
         const elapsedMs = performance.now() - started;
@@ -327,6 +331,29 @@ export class IdempotentClient {
     return this.client.close();
   }
 
+  /**
+   * One attempt, given up as a lost connection as soon as its answer stream ends without the
+   * answer: on a 2025-11-25 connection the answer comes on an SSE stream, and a stream cut short
+   * would otherwise leave the attempt waiting out its whole timeout (30 s by default).
+   */
+  private async attempt(call: KeyedToolCall, options: RequestOptions): Promise<CallToolResult> {
+    const cut = new AbortController();
+    const { idempotencyKey } = call;
+    // Deferred by a turn of the event loop: an answer that did arrive settles the attempt first.
+    this.streamEnded.set(idempotencyKey, () => setTimeout(() => cut.abort(), 0));
+    const signal = options.signal ? AbortSignal.any([options.signal, cut.signal]) : cut.signal;
+    try {
+      return await callTool(this.client, call, { ...options, signal });
+    } catch (error) {
+      if (!cut.signal.aborted || options.signal?.aborted) throw error;
+      throw new SdkError(SdkErrorCode.ConnectionClosed, 'The answer stream ended before the answer', {
+        cause: error,
+      });
+    } finally {
+      this.streamEnded.delete(idempotencyKey);
+    }
+  }
+
   /** The server's read-only tools, listed once: annotations are the server's to change, rarely. */
   private async isReadOnly(name: string): Promise<boolean> {
     this.readOnlyTools ??= this.client.listTools().then(
@@ -338,6 +365,32 @@ export class IdempotentClient {
     );
     return (await this.readOnlyTools).has(name);
   }
+}
+
+/**
+ * The SDK's Streamable HTTP transport tells `onRequestStreamEnd` when a request's own answer
+ * stream ends, answered or not, but its Protocol never asks (SDK 2.4), so a stream broken before
+ * the answer is noticed only when the request times out. This wraps `transport.send` once so that
+ * every keyed `tools/call` asks, and tells the listener `listenerOf` names for its key at the time
+ * it is sent: that attempt's, not a later one's (an abandoned attempt's stream may end while its
+ * retry runs). (Transports with one shared channel, stdio, ignore the option.)
+ */
+function reportStreamEnds(
+  transport: Transport,
+  listenerOf: (idempotencyKey: string) => (() => void) | undefined,
+): void {
+  const send = transport.send.bind(transport);
+  transport.send = (message: JSONRPCMessage, options?: TransportSendOptions) => {
+    const params = 'method' in message && message.method === 'tools/call' ? message.params : undefined;
+    const key: unknown = field(params, 'idempotencyKey');
+    const ended = typeof key === 'string' ? listenerOf(key) : undefined;
+    if (ended === undefined) return send(message, options);
+    const onRequestStreamEnd = () => {
+      options?.onRequestStreamEnd?.();
+      ended();
+    };
+    return send(message, { ...options, onRequestStreamEnd });
+  };
 }
 
 // --- Discovery: capabilities.tools.idempotency, as the server sent it ---

@@ -70,6 +70,12 @@ function wire(
     if (loss === undefined) return response;
     await response.text(); // the server answered in full: it executed, and only the answer is lost
     if (loss === 'cut') throw new TypeError('fetch failed', { cause: new Error('other side closed') });
+    if (loss === 'streamCut') {
+      // The answer's headers came (200, and on 2025-11-25 an SSE stream), then the connection broke.
+      const cut = new TypeError('terminated', { cause: new Error('other side closed') });
+      const body = new ReadableStream<Uint8Array>({ start: (controller) => controller.error(cut) });
+      return new Response(body, { status: response.status, headers: response.headers });
+    }
     // A load balancer's answer when the server behind it broke off: not JSON-RPC, not the server's.
     return new Response(`<html>${loss} from the gateway</html>`, {
       status: loss,
@@ -79,8 +85,11 @@ function wire(
   return { fetch: recording, calls };
 }
 
-/** How an answer the server gave is lost: the connection cut, or a gateway's status in its place. */
-type Loss = 'cut' | 502 | 503 | 504;
+/**
+ * How an answer the server gave is lost: the connection cut before the answer's headers, or after
+ * them (`streamCut`), or a gateway's status in its place.
+ */
+type Loss = 'cut' | 'streamCut' | 502 | 503 | 504;
 
 function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
@@ -173,13 +182,15 @@ describe.each(ERAS)('IdempotentClient on %s, against the demo server', (era: Era
 
     test.each([
       ['over a connection cut after the server answered', 'cut', 'connectionLost'],
+      ['over an answer stream cut before the answer', 'streamCut', 'connectionLost'],
       ['through a gateway answering 502 after the server charged', 502, 'gatewayError'],
       ['through a gateway answering 503 after the server charged', 503, 'gatewayError'],
       ['through a gateway answering 504 after the server charged', 504, 'gatewayError'],
     ] as const)('%s, is re-sent and replays', async (_, loss, outcome) => {
       let answers = 0;
       const lossy = wire(fetch, undefined, () => (++answers === 1 ? loss : undefined));
-      const { shop, attempts, calls } = await connect({ wire: lossy });
+      // A third of the test's own bound: an attempt left to time out shows as `timedOut`.
+      const { shop, attempts, calls } = await connect({ wire: lossy, timeoutMs: 10_000 });
       const result = await shop.callTool('charge_guarded', { amount: 100 });
       expect(attempts.map((a) => a.outcome)).toStrictEqual([outcome, 'answered']);
       expect(keysOf(calls)[1]).toBe(keysOf(calls)[0]);
