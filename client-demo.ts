@@ -412,7 +412,7 @@ interface ScaleOut {
 async function startScaleOut(redisUrl: string): Promise<ScaleOut> {
   const args = ['--store', 'redis', '--redis-url', redisUrl, '--redis-prefix', DEMO_REDIS_PREFIX];
   const env = {
-    DEMO_BEARER_TOKENS: `alice:${DEMO_TOKENS.alice},alice:${DEMO_TOKENS.aliceReadOnly}:read,bob:${DEMO_TOKENS.bob}`,
+    DEMO_BEARER_TOKENS: `alice:${DEMO_TOKENS.alice}:charge+refund+read+admin,alice:${DEMO_TOKENS.aliceReadOnly}:read,bob:${DEMO_TOKENS.bob}`,
   };
   const [a, b] = await Promise.all([
     startHttpInstance([...args, '--charge-latency-ms', String(SLOW_CHARGE_MS)], env),

@@ -5,26 +5,55 @@
 // and, from the same factory, 2025-era clients statelessly. Every request gets a new server from
 // the factory, and any instance may serve any request, so a retry can land on another instance:
 // that is why the dedup store must be shared (see `--store redis`). Express adds what the entry
-// leaves to its host: DNS-rebinding protection, bearer auth and a body limit.
+// leaves to its host: DNS-rebinding protection (Host and Origin), bearer auth, a body limit, and
+// bounds on how long a request may take to arrive and on connections at once.
 
-import { timingSafeEqual } from 'node:crypto';
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { localhostHostValidation, requireBearerAuth } from '@modelcontextprotocol/express';
+import { hostHeaderValidation, originValidation, requireBearerAuth } from '@modelcontextprotocol/express';
 import { type NodeIncomingMessageLike, toNodeHandler } from '@modelcontextprotocol/node';
 import {
   type AuthInfo,
   createMcpHandler,
+  localhostAllowedHostnames,
   type McpServer,
   OAuthError,
   OAuthErrorCode,
+  validateOriginHeader,
 } from '@modelcontextprotocol/server';
-import express, { type ErrorRequestHandler, type Request, type Response } from 'express';
+import express, { type ErrorRequestHandler, type Request, type RequestHandler, type Response } from 'express';
 
 /**
  * Largest request body read. Bigger bodies are refused with 413 before they are buffered;
  * 4 MB is far beyond any sane tool call and small enough that a flood cannot exhaust memory.
  */
 export const DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024;
+
+/**
+ * How long a request may take to arrive, headers and body: past it Node answers 408 and closes
+ * the connection. A tool call is a few hundred bytes, and even a body at the limit crosses a slow
+ * link in seconds; a client still sending after this is holding a buffer open, not uploading.
+ * (The tool's own run is not counted: the bound ends once the request has arrived.)
+ */
+export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
+
+/** How long the headers alone may take: a client sends them at once. */
+const HEADERS_TIMEOUT_MS = 10_000;
+
+/**
+ * How often Node looks for requests past those bounds (its default, 30 s, would let a slow body
+ * hold its buffer up to twice as long as it may).
+ */
+const TIMEOUT_CHECK_INTERVAL_MS = 1_000;
+
+/**
+ * Connections at once; past it a new one is closed as soon as it opens, and its client retries.
+ * Each may be buffering a body up to the limit, so this times `maxBodyBytes` (512 MiB at the
+ * defaults, for at most `DEFAULT_REQUEST_TIMEOUT_MS`) bounds the memory slow uploads can hold.
+ * Twice the busiest client load measured here (the bench's 64 concurrent clients).
+ */
+export const DEFAULT_MAX_CONNECTIONS = 128;
 
 /** One bearer token the demo accepts: whose it is, and what it may do. */
 export interface BearerToken {
@@ -40,9 +69,15 @@ export type BearerTokens = readonly BearerToken[];
 /**
  * Parses `DEMO_BEARER_TOKENS`: comma-separated `principal:token` or `principal:token:scope+scope`.
  * A principal may hold several tokens (one that may charge, one that may only read). An entry
- * without scopes gets every scope in `allScopes`. Throws, naming the entry, on anything else.
+ * without scopes gets `unnamed`, the scopes any caller may hold; a scope beyond those (an
+ * operator's) only when the entry names it: a token gets no more than it is given. Throws, naming
+ * the entry, on anything else.
  */
-export function parseBearerTokens(spec: string, allScopes: readonly string[]): BearerTokens {
+export function parseBearerTokens(
+  spec: string,
+  allScopes: readonly string[],
+  unnamed: readonly string[],
+): BearerTokens {
   const tokens: BearerToken[] = [];
   for (const entry of spec.split(',').map((s) => s.trim())) {
     if (entry === '') continue;
@@ -51,7 +86,7 @@ export function parseBearerTokens(spec: string, allScopes: readonly string[]): B
     if (!principal || !token || rest.length > 0 || scopeList === '') {
       throw new Error(`DEMO_BEARER_TOKENS entries are ${shape}, got "${entry}"`);
     }
-    const scopes = scopeList === undefined ? [...allScopes] : scopeList.split('+');
+    const scopes = scopeList === undefined ? [...unnamed] : scopeList.split('+');
     const unknown = scopes.find((scope) => !allScopes.includes(scope));
     if (unknown !== undefined) {
       throw new Error(
@@ -76,7 +111,16 @@ export interface HttpServerOptions {
   onerror?: (error: Error) => void;
   /** When set, every request needs `Authorization: Bearer <token>` with one of these tokens. */
   bearerTokens?: BearerTokens;
+  /**
+   * The host names a request may be addressed to (its `Host`) and a browser page may come from
+   * (its `Origin`): DNS-rebinding protection. Default: what `host` answers to (see `allowedHostsOf`).
+   */
+  allowedHosts?: readonly string[];
   maxBodyBytes?: number;
+  /** See `DEFAULT_REQUEST_TIMEOUT_MS`. */
+  requestTimeoutMs?: number;
+  /** See `DEFAULT_MAX_CONNECTIONS`. */
+  maxConnections?: number;
 }
 
 export interface RunningHttpServer {
@@ -93,8 +137,15 @@ export async function startHttpServer(options: HttpServerOptions): Promise<Runni
   const serve = toNodeHandler(mcp, { onerror: options.onerror, maxRequestBodySize: maxBodyBytes });
 
   const app = express();
-  // DNS-rebinding protection: a browser page cannot reach a loopback server under another name.
-  if (['127.0.0.1', 'localhost', '::1'].includes(options.host)) app.use(localhostHostValidation());
+  // DNS-rebinding protection (the MCP transport: servers MUST validate Origin): a page whose name
+  // was rebound to this server's address sends that name as its Host, and its own as its Origin.
+  const allowedHosts = options.allowedHosts ?? allowedHostsOf(options.host);
+  if (allowedHosts) {
+    app.use(hostHeaderValidation([...allowedHosts]));
+    app.use(originValidation([...allowedHosts]));
+  } else {
+    app.use(sameHostOrigin);
+  }
   if (options.bearerTokens) {
     app.use('/mcp', requireBearerAuth({ verifier: tokenVerifier(options.bearerTokens) }));
   }
@@ -115,7 +166,17 @@ export async function startHttpServer(options: HttpServerOptions): Promise<Runni
 
   app.use(bodyErrors(maxBodyBytes));
 
-  const listener = app.listen(options.port, options.host);
+  const requestTimeout = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+  const listener = createServer(
+    {
+      requestTimeout,
+      headersTimeout: Math.min(HEADERS_TIMEOUT_MS, requestTimeout),
+      connectionsCheckingInterval: Math.min(TIMEOUT_CHECK_INTERVAL_MS, requestTimeout),
+    },
+    app,
+  );
+  listener.maxConnections = options.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
+  listener.listen(options.port, options.host);
   await new Promise<void>((resolve, reject) => {
     listener.once('listening', resolve);
     listener.once('error', reject);
@@ -152,6 +213,30 @@ function withReadBody(req: Request): NodeIncomingMessageLike {
   };
 }
 
+/**
+ * The names a server bound to `host` answers to. A loopback address: itself and the loopback
+ * names, as a local client may use any of them. Any other address: itself, so a server reached
+ * through a DNS name lists that name in `allowedHosts`. A wildcard (`0.0.0.0`, `::`): unknown,
+ * as every interface and every name pointing at one can reach it; undefined.
+ */
+export function allowedHostsOf(host: string): readonly string[] | undefined {
+  if (host === '' || host === '0.0.0.0' || host === '::') return undefined;
+  const self = new URL(`http://${host.includes(':') ? `[${host}]` : host}`).hostname;
+  const loopback = self === 'localhost' || self === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(self);
+  return loopback ? [...new Set([self, ...localhostAllowedHostnames()])] : [self];
+}
+
+/**
+ * With no names to check a Host against, a browser's request must at least come from a page of
+ * the host it was sent to: a page elsewhere cannot post to this server (cross-site requests).
+ */
+const sameHostOrigin: RequestHandler = (req, res, next) => {
+  const host = URL.canParse(`http://${req.headers.host}`) ? new URL(`http://${req.headers.host}`) : undefined;
+  const checked = validateOriginHeader(req.headers.origin, host ? [host.hostname] : []);
+  if (checked.ok) return next();
+  res.status(403).json(jsonRpcError(-32000, checked.message));
+};
+
 function addressOf(address: string | AddressInfo | null): AddressInfo {
   if (address === null || typeof address === 'string') throw new Error(`not listening on TCP: ${address}`);
   return address;
@@ -167,16 +252,17 @@ export const DEMO_CLIENT_ID = 'https://demo-client.example/client-metadata.json'
  * The SDK's bearer middleware puts what this returns on the request, and the entry hands it
  * to every handler as `ctx.http.authInfo`. The principal, the guard's scope, is the token's
  * subject, in `extra.sub`; `clientId` names the app, which every principal here shares. Tokens
- * are compared in constant time.
+ * are compared in constant time: as digests, so every comparison is of 32 bytes whatever a
+ * token's length, and against every known token, so the time taken says neither how long a token
+ * is nor which entry it matched.
  */
 function tokenVerifier(tokens: BearerTokens) {
-  const known = tokens.map((entry) => ({ ...entry, bytes: Buffer.from(entry.token) }));
+  const known = tokens.map((entry) => ({ ...entry, digest: digestOf(entry.token) }));
   return {
     async verifyAccessToken(token: string): Promise<AuthInfo> {
-      const presented = Buffer.from(token);
-      const match = known.find(
-        (k) => k.bytes.length === presented.length && timingSafeEqual(k.bytes, presented),
-      );
+      const presented = digestOf(token);
+      let match: (typeof known)[number] | undefined;
+      for (const entry of known) if (timingSafeEqual(entry.digest, presented)) match = entry;
       if (!match) throw new OAuthError(OAuthErrorCode.InvalidToken, 'Unknown bearer token');
       return {
         token,
@@ -187,6 +273,10 @@ function tokenVerifier(tokens: BearerTokens) {
       };
     },
   };
+}
+
+function digestOf(token: string): Buffer {
+  return createHash('sha256').update(token).digest();
 }
 
 function jsonRpcError(code: number, message: string) {

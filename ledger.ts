@@ -193,7 +193,7 @@ export class ProviderLedger implements Ledger {
   private readonly onRetry: (event: ProviderRetry) => void;
   readonly providerKeyRetentionMs: number | undefined;
 
-  /** @param url the provider's base URL, e.g. http://127.0.0.1:4242 */
+  /** @param url the provider's base URL, e.g. http://127.0.0.1:4242 or https://gateway.example/pay/v1 */
   constructor(
     readonly url: URL,
     options: ProviderLedgerOptions = {},
@@ -218,14 +218,23 @@ export class ProviderLedger implements Ledger {
   }
 
   async balance(): Promise<number> {
-    const answer = await fetch(new URL('/balance', this.url), {
+    const answer = await fetch(this.endpoint('/balance'), {
       signal: AbortSignal.timeout(this.timeoutMs),
     });
     return numberField(await answer.json(), 'balance');
   }
 
   async reset(): Promise<void> {
-    await fetch(new URL('/reset', this.url), { method: 'POST', signal: AbortSignal.timeout(this.timeoutMs) });
+    await fetch(this.endpoint('/reset'), { method: 'POST', signal: AbortSignal.timeout(this.timeoutMs) });
+  }
+
+  /**
+   * `path` under the base URL, its own path kept: `new URL('/charges', base)` would send a
+   * provider reached at `https://gateway.example/pay/v1` its charges at `/charges`.
+   */
+  private endpoint(path: string): URL {
+    const base = this.url.pathname.endsWith('/') ? this.url : new URL(`${this.url.pathname}/`, this.url);
+    return new URL(`.${path}`, base);
   }
 
   /** One operation: the same body and the same key on every attempt. */
@@ -242,7 +251,7 @@ export class ProviderLedger implements Ledger {
     for (let attempt = 1; attempt <= this.attempts; attempt += 1) {
       let retryAfterMs: number | undefined;
       try {
-        const answer = await fetch(new URL(path, this.url), {
+        const answer = await fetch(this.endpoint(path), {
           method: 'POST',
           headers,
           body: payload,

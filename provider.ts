@@ -13,6 +13,17 @@
 //
 // `Provider.perform` is the mechanism, and reads top to bottom as the algorithm:
 // validate → look up the key → mismatch? → in flight? → execute → store → answer.
+//
+// What a stand-in may skip and a real provider must not (don't copy these three):
+// - An in-progress record here never expires: it lives in this process with the request it marks,
+//   which forgets it on every way out. Records kept in a shared store outlive a crashed process,
+//   so there an in-progress record needs a lease, renewed while the request runs (the MCP guard's
+//   stores do exactly that).
+// - Keys are scoped to the path only: this provider has one caller, the demo server. The draft
+//   asks that a key be scoped to its client too (per API key or account), or one client's key
+//   replays another's charge.
+// - /reset, /faults, /release, /commits and /held answer anyone who can reach the port: they are
+//   the tests' controls, for a provider bound to loopback (the default) and nowhere else.
 
 import { createHash, randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';

@@ -98,6 +98,13 @@ export const DEMO_SCOPES = { charge: 'charge', refund: 'refund', read: 'read', a
 
 export type DemoScope = (typeof DEMO_SCOPES)[keyof typeof DEMO_SCOPES];
 
+/**
+ * What a token entry that names no scopes may do: everything but `admin`. `admin` resets every
+ * caller's balance and records, a running call's included (its retry would execute again), so it
+ * is an operator's, given only by name.
+ */
+export const CALLER_SCOPES: readonly DemoScope[] = [DEMO_SCOPES.charge, DEMO_SCOPES.refund, DEMO_SCOPES.read];
+
 interface ToolConfig<Input> {
   description: string;
   /** The OAuth scope a caller's token needs to call the tool. */
@@ -163,7 +170,8 @@ export function registerDemoTools(tools: ToolRegistry, ledger: Ledger, store: Id
   tools.withoutArguments(
     'reset_ledger',
     {
-      description: 'Zero the balance and forget every idempotency record (a demo helper).',
+      description:
+        "Zero the balance and forget every caller's idempotency records (an operator's demo helper).",
       scope: DEMO_SCOPES.admin,
       inputSchema: noInput,
       outputSchema: balanceOutput,
@@ -387,9 +395,10 @@ const USAGE = `Usage: tsx server.ts [options]
   --log-flush-ms N          how long a decision log line may wait to be written with others
                             (default ${DEFAULT_LOG_FLUSH_MS}; 0 writes each at once)
 Environment: DEMO_BEARER_TOKENS requires bearer auth over HTTP: comma-separated principal:token
-  (every scope) or principal:token:scope+scope, e.g. "alice:token-a,alice:token-r:read,bob:token-b".
+  (every scope but admin) or principal:token:scope+scope, e.g.
+  "alice:token-a,alice:token-r:read,bob:token-b,ops:token-o:admin".
   Scopes: ${Object.values(DEMO_SCOPES).join(', ')} (charge_* need charge, refund_order refund,
-  get_balance read, reset_ledger admin).
+  get_balance read, reset_ledger admin: an operator's, which clears every caller's records).
   DEMO_REQUEST_STATE_KEY seals refund_order's requestState (at least 32 characters); every HTTP
   instance a continuation may reach needs the same one. Unset: a random key of this process's own.`;
 
@@ -562,7 +571,8 @@ async function main(): Promise<void> {
   try {
     config = parseServerArgs(process.argv.slice(2));
     const tokens = process.env.DEMO_BEARER_TOKENS;
-    bearerTokens = tokens === undefined ? undefined : parseBearerTokens(tokens, Object.values(DEMO_SCOPES));
+    bearerTokens =
+      tokens === undefined ? undefined : parseBearerTokens(tokens, Object.values(DEMO_SCOPES), CALLER_SCOPES);
     const stateKey = process.env.DEMO_REQUEST_STATE_KEY;
     requestState = stateKey === undefined ? undefined : refundStateCodec(stateKey);
   } catch (error) {

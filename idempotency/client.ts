@@ -12,7 +12,9 @@ import {
   type RequestOptions,
   SdkError,
   SdkErrorCode,
+  SdkHttpError,
   type Transport,
+  type TransportSendOptions,
 } from '@modelcontextprotocol/client';
 import { z } from 'zod';
 import { IdempotencyErrorType, idempotencyErrorOf } from './errors.js';
@@ -76,6 +78,7 @@ export type AttemptOutcome =
   | 'answered'
   | 'timedOut'
   | 'connectionLost'
+  | 'gatewayError'
   | 'inProgress'
   | 'storeUnavailable'
   | 'storeFull';
@@ -136,8 +139,9 @@ export async function callToolIdempotently(
 
 /**
  * Sends one keyed operation until it is answered or the policy gives up, and reports each
- * attempt's outcome. Retried: a timeout or a lost connection (the answer may be lost, not the
- * work), and the answers that say "nothing happened yet, try again later with the same key".
+ * attempt's outcome. Retried: a timeout, a lost connection or a gateway's 502/503/504 (the answer
+ * may be lost, not the work), and the answers that say "nothing happened yet, try again later
+ * with the same key".
  * Anything else (a conflict, an invalid key, any tool result, `isError` or not) is the answer.
  * `connected` says whether a retry has a way to the server at all: a closed stdio connection
  * stays closed.
@@ -147,20 +151,24 @@ async function untilAnswered(
   send: (attempt: number) => Promise<CallToolResult>,
   note: (outcome: AttemptOutcome) => void,
   connected: () => boolean = () => true,
+  signal?: AbortSignal,
 ): Promise<CallToolResult> {
   for (let attempt = 1; ; attempt++) {
+    signal?.throwIfAborted();
     try {
       const result = await send(attempt);
       note('answered');
       return result;
     } catch (error) {
+      // The SDK rejects an aborted request as a timeout: the caller's abort is not one to retry.
+      signal?.throwIfAborted();
       const outcome = retryableOutcome(error);
       if (outcome === undefined) throw error;
       note(outcome);
       if (attempt >= policy.maxAttempts) throw error;
       if (outcome === 'connectionLost' && !connected()) throw error;
     }
-    await sleep(backoff(attempt, policy));
+    await sleep(backoff(attempt, policy), signal);
   }
 }
 
@@ -174,8 +182,17 @@ function retryableOutcome(error: unknown): AttemptOutcome | undefined {
   // fetch rejects a refused, reset or cut connection with a TypeError whose `cause` is the
   // socket's error; a TypeError from a bug has no cause, and is not retried.
   if (error instanceof TypeError && error.cause instanceof Error) return 'connectionLost';
+  if (error instanceof SdkHttpError && GATEWAY_STATUSES.has(error.status)) return 'gatewayError';
   return undefined;
 }
+
+/**
+ * What a load balancer or proxy answers when the server behind it failed, timed out or went away:
+ * possibly after the server ran the call, so exactly an answer lost on the way. The server's own
+ * provider hop retries the same statuses. Any other HTTP status (a 400, a 401, a 413) says the
+ * request itself is wrong, and a retry would only be refused again.
+ */
+const GATEWAY_STATUSES: ReadonlySet<number> = new Set([502, 503, 504]);
 
 /** Exponential backoff with full jitter, so a crowd of retries does not arrive together. */
 function backoff(failures: number, policy: RetryPolicy): number {
@@ -183,8 +200,19 @@ function backoff(failures: number, policy: RetryPolicy): number {
   return Math.random() * ceiling;
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
+/** Waits `ms`, or rejects with the signal's reason as soon as it is aborted. */
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const aborted = () => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', aborted);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', aborted, { once: true });
+  });
 }
 
 // --- A client that owns its keys and its retries ---
@@ -197,6 +225,21 @@ export interface IdempotentClientOptions extends Partial<RetryPolicy> {
   /** Told once when the server does not advertise the capability (default `console.warn`). */
   onWarning?: (message: string) => void;
   /** Observe each attempt of a keyed call. */
+  onAttempt?: (attempt: Attempt) => void;
+}
+
+/** What one `IdempotentClient.callTool` may add to the client's own options. */
+export interface CallOptions {
+  /**
+   * The operation's key, when the caller chose it: to store it with the order before the first
+   * attempt, so a caller that restarts can send the same operation again under the same key.
+   * Default: a new UUID. Ignored when the call is not keyed (a read, or a server without the
+   * capability).
+   */
+  idempotencyKey?: string;
+  /** Gives up: the attempt under way is abandoned, no retry follows, and the call rejects with the reason. */
+  signal?: AbortSignal;
+  /** Observe each attempt of this call (besides the client's own `onAttempt`). */
   onAttempt?: (attempt: Attempt) => void;
 }
 
@@ -216,6 +259,8 @@ export class IdempotentClient {
   private readonly policy: RetryPolicy;
   private readonly onAttempt?: (attempt: Attempt) => void;
   private readOnlyTools?: Promise<ReadonlySet<string>>;
+  /** Told when the answer stream of the attempt under way with this key ends (see `reportStreamEnds`). */
+  private readonly streamEnded = new Map<string, () => void>();
 
   /**
    * Connects `client` over `transport` and reads the capabilities as the server sent them
@@ -243,6 +288,7 @@ export class IdempotentClient {
     this.policy = { ...DEFAULT_RETRY_POLICY, ...policy };
     this.onAttempt = onAttempt;
     this.deduplicates = advertisesIdempotency(serverCapabilities);
+    if (client.transport) reportStreamEnds(client.transport, (key) => this.streamEnded.get(key));
     // SEP: a client MAY send a key anyway, but without the capability nothing promises a retry
     // will not execute again; such a server gets today's calls, and the caller is told once.
     if (!this.deduplicates) onWarning(NO_CAPABILITY_WARNING);
@@ -252,29 +298,60 @@ export class IdempotentClient {
    * Calls `name`: keyed and retried if it has side effects and the server deduplicates, else
    * once. Every attempt, keyed or not, gives up after `timeoutMs`. Resolves with the tool's
    * result (`isError` included); rejects with the last error when the retries run out, or at
-   * once with an error no retry can fix (a conflict, an invalid key, anything unexpected).
+   * once with an error no retry can fix (a conflict, an invalid key, anything unexpected), or
+   * with the reason `options.signal` was aborted for.
    */
-  async callTool(name: string, args: Record<string, unknown> = {}): Promise<CallToolResult> {
+  async callTool(
+    name: string,
+    args: Record<string, unknown> = {},
+    options: CallOptions = {},
+  ): Promise<CallToolResult> {
     const call = { name, arguments: args };
-    const once = { timeout: this.policy.timeoutMs };
+    const once = { timeout: this.policy.timeoutMs, signal: options.signal };
     if (!this.deduplicates || (await this.isReadOnly(name))) return callTool(this.client, call, once);
-    const idempotencyKey = randomUUID();
+    const idempotencyKey = options.idempotencyKey ?? randomUUID();
     const started = performance.now();
     let attempt = 0;
     return untilAnswered(
       this.policy,
-      () => callTool(this.client, { ...call, idempotencyKey }, once),
+      () => this.attempt({ ...call, idempotencyKey }, once),
       (outcome) => {
         attempt += 1;
         const elapsedMs = performance.now() - started;
-        this.onAttempt?.({ attempt, client: 0, outcome, idempotencyKey, elapsedMs });
+        const noted: Attempt = { attempt, client: 0, outcome, idempotencyKey, elapsedMs };
+        this.onAttempt?.(noted);
+        options.onAttempt?.(noted);
       },
       () => this.client.transport !== undefined,
+      options.signal,
     );
   }
 
   close(): Promise<void> {
     return this.client.close();
+  }
+
+  /**
+   * One attempt, given up as a lost connection as soon as its answer stream ends without the
+   * answer: on a 2025-11-25 connection the answer comes on an SSE stream, and a stream cut short
+   * would otherwise leave the attempt waiting out its whole timeout (30 s by default).
+   */
+  private async attempt(call: KeyedToolCall, options: RequestOptions): Promise<CallToolResult> {
+    const cut = new AbortController();
+    const { idempotencyKey } = call;
+    // Deferred by a turn of the event loop: an answer that did arrive settles the attempt first.
+    this.streamEnded.set(idempotencyKey, () => setTimeout(() => cut.abort(), 0));
+    const signal = options.signal ? AbortSignal.any([options.signal, cut.signal]) : cut.signal;
+    try {
+      return await callTool(this.client, call, { ...options, signal });
+    } catch (error) {
+      if (!cut.signal.aborted || options.signal?.aborted) throw error;
+      throw new SdkError(SdkErrorCode.ConnectionClosed, 'The answer stream ended before the answer', {
+        cause: error,
+      });
+    } finally {
+      this.streamEnded.delete(idempotencyKey);
+    }
   }
 
   /** The server's read-only tools, listed once: annotations are the server's to change, rarely. */
@@ -288,6 +365,32 @@ export class IdempotentClient {
     );
     return (await this.readOnlyTools).has(name);
   }
+}
+
+/**
+ * The SDK's Streamable HTTP transport tells `onRequestStreamEnd` when a request's own answer
+ * stream ends, answered or not, but its Protocol never asks (SDK 2.4), so a stream broken before
+ * the answer is noticed only when the request times out. This wraps `transport.send` once so that
+ * every keyed `tools/call` asks, and tells the listener `listenerOf` names for its key at the time
+ * it is sent: that attempt's, not a later one's (an abandoned attempt's stream may end while its
+ * retry runs). (Transports with one shared channel, stdio, ignore the option.)
+ */
+function reportStreamEnds(
+  transport: Transport,
+  listenerOf: (idempotencyKey: string) => (() => void) | undefined,
+): void {
+  const send = transport.send.bind(transport);
+  transport.send = (message: JSONRPCMessage, options?: TransportSendOptions) => {
+    const params = 'method' in message && message.method === 'tools/call' ? message.params : undefined;
+    const key: unknown = field(params, 'idempotencyKey');
+    const ended = typeof key === 'string' ? listenerOf(key) : undefined;
+    if (ended === undefined) return send(message, options);
+    const onRequestStreamEnd = () => {
+      options?.onRequestStreamEnd?.();
+      ended();
+    };
+    return send(message, { ...options, onRequestStreamEnd });
+  };
 }
 
 // --- Discovery: capabilities.tools.idempotency, as the server sent it ---

@@ -328,35 +328,57 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   async claim(id: RecordId, fingerprint: Fingerprint, leaseMs: number, continuation = false): Promise<Claim> {
     const lease = milliseconds(leaseMs);
     const token = randomUUID();
+    const command = this.client.eval(CLAIM_SCRIPT, {
+      keys: this.keysOf(id),
+      arguments: [
+        inProgressValue(fingerprint, token),
+        String(lease),
+        String(this.maxRecordsPerScope),
+        String(this.maxBytesPerScope),
+        continuation ? awaitingInputPrefix(fingerprint) : '',
+      ],
+    });
     let reply: unknown;
     try {
-      reply = await this.bounded(
-        this.client.eval(CLAIM_SCRIPT, {
-          keys: this.keysOf(id),
-          arguments: [
-            inProgressValue(fingerprint, token),
-            String(lease),
-            String(this.maxRecordsPerScope),
-            String(this.maxBytesPerScope),
-            continuation ? awaitingInputPrefix(fingerprint) : '',
-          ],
-        }),
-      );
+      reply = await this.bounded(command);
     } catch (error) {
       if (isOutOfMemory(error)) return { state: 'full' };
-      // Fail closed. A command that timed out may still have claimed the key; its retry
-      // then sees `inProgress` until the lease ends, which is the safe side to err on.
+      // Fail closed: the caller hears "nothing executed, retry with the same key". But a command
+      // that timed out is still queued, and Redis runs it once it answers again (a stall, a slow
+      // fork): its claim would then hold the key, and a slot of the caller's quota, for a whole
+      // lease that nobody is running, and every retry would meet it in progress. So the claim is
+      // undone as soon as its late reply says it was made.
+      void this.undoLateClaim(command, { ...id, fingerprint, token });
       throw new StoreUnavailableError(error);
     }
+    return this.claimFrom(reply, { ...id, fingerprint, token });
+  }
+
+  /** What a claim script's reply means, for the claim `ticket` describes. */
+  private claimFrom(reply: unknown, ticket: ClaimTicket): Claim {
     const [answer, holder, expiresAt] = Array.isArray(reply) ? reply : [];
-    if (answer === 'claimed') return { state: 'claimed', ticket: { ...id, fingerprint, token } };
+    if (answer === 'claimed') return { state: 'claimed', ticket };
     if (answer === 'resumed' && typeof holder === 'string' && typeof expiresAt === 'number') {
       const resumed: Resumed = { value: holder, expiresAt };
-      return { state: 'claimed', ticket: { ...id, fingerprint, token, resumed } };
+      return { state: 'claimed', ticket: { ...ticket, resumed } };
     }
     if (answer === 'quota') return { state: 'quotaExceeded' };
     if (answer === 'held' && typeof holder === 'string') return claimOf(holder);
     throw new StoreUnavailableError(new Error(`unexpected answer to a claim: ${JSON.stringify(reply)}`));
+  }
+
+  /**
+   * Releases the claim a timed-out command made after all (putting back the awaiting-input record
+   * a continuation took over), by the claim's own token: if the key has moved on, nothing changes.
+   * Should the reply never come (the connection dropped), the lease still frees the key.
+   */
+  private async undoLateClaim(command: Promise<unknown>, ticket: ClaimTicket): Promise<void> {
+    try {
+      const claim = this.claimFrom(await command, ticket);
+      if (claim.state === 'claimed') await this.release(claim.ticket);
+    } catch {
+      // No claim was made, or Redis is gone again: the lease is the last resort.
+    }
   }
 
   complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean> {

@@ -92,7 +92,7 @@ describe('stateless HTTP without a session', () => {
 describe('bearer auth and per-principal scope', () => {
   let server: HttpInstance;
   beforeAll(async () => {
-    // alice holds two tokens: token-a may do everything, token-r may only read.
+    // alice holds two tokens: token-a may do all a caller may (not admin), token-r may only read.
     server = await startHttpInstance([], {
       DEMO_BEARER_TOKENS: 'alice:token-a,alice:token-r:read,bob:token-b',
     });

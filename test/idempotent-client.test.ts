@@ -48,12 +48,12 @@ interface Wire {
 
 /**
  * `rewrite` changes a tools/call's params before they are sent (to meet a key the wrapper would
- * never choose); `lose` decides, after the server answered, that the answer never arrives.
+ * never choose); `lose` decides, after the server answered, that the answer never arrives, and how.
  */
 function wire(
   next: Fetch = fetch,
   rewrite: (params: Params) => Params = (params) => params,
-  lose: (params: Params) => boolean = () => false,
+  lose: (params: Params) => Loss | undefined = () => undefined,
 ): Wire {
   const calls: Params[] = [];
   const recording: Fetch = async (url, init) => {
@@ -66,12 +66,30 @@ function wire(
     const { _meta: _envelope, ...call } = sent;
     calls.push(call);
     const response = await next(url, { ...init, body: JSON.stringify({ ...message, params: sent }) });
-    if (!lose(sent)) return response;
+    const loss = lose(sent);
+    if (loss === undefined) return response;
     await response.text(); // the server answered in full: it executed, and only the answer is lost
-    throw new TypeError('fetch failed', { cause: new Error('other side closed') });
+    if (loss === 'cut') throw new TypeError('fetch failed', { cause: new Error('other side closed') });
+    if (loss === 'streamCut') {
+      // The answer's headers came (200, and on 2025-11-25 an SSE stream), then the connection broke.
+      const cut = new TypeError('terminated', { cause: new Error('other side closed') });
+      const body = new ReadableStream<Uint8Array>({ start: (controller) => controller.error(cut) });
+      return new Response(body, { status: response.status, headers: response.headers });
+    }
+    // A load balancer's answer when the server behind it broke off: not JSON-RPC, not the server's.
+    return new Response(`<html>${loss} from the gateway</html>`, {
+      status: loss,
+      headers: { 'content-type': 'text/html' },
+    });
   };
   return { fetch: recording, calls };
 }
+
+/**
+ * How an answer the server gave is lost: the connection cut before the answer's headers, or after
+ * them (`streamCut`), or a gateway's status in its place.
+ */
+type Loss = 'cut' | 'streamCut' | 502 | 503 | 504;
 
 function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
@@ -162,17 +180,68 @@ describe.each(ERAS)('IdempotentClient on %s, against the demo server', (era: Era
       expect(await balanceOf(plain)).toBe(100);
     });
 
-    test('over a connection cut after the server answered, is re-sent and replays', async () => {
+    test.each([
+      ['over a connection cut after the server answered', 'cut', 'connectionLost'],
+      ['over an answer stream cut before the answer', 'streamCut', 'connectionLost'],
+      ['through a gateway answering 502 after the server charged', 502, 'gatewayError'],
+      ['through a gateway answering 503 after the server charged', 503, 'gatewayError'],
+      ['through a gateway answering 504 after the server charged', 504, 'gatewayError'],
+    ] as const)('%s, is re-sent and replays', async (_, loss, outcome) => {
       let answers = 0;
-      const lossy = wire(fetch, undefined, () => ++answers === 1);
-      const { shop, attempts, calls } = await connect({ wire: lossy });
+      const lossy = wire(fetch, undefined, () => (++answers === 1 ? loss : undefined));
+      // A third of the test's own bound: an attempt left to time out shows as `timedOut`.
+      const { shop, attempts, calls } = await connect({ wire: lossy, timeoutMs: 10_000 });
       const result = await shop.callTool('charge_guarded', { amount: 100 });
-      expect(attempts.map((a) => a.outcome)).toStrictEqual(['connectionLost', 'answered']);
+      expect(attempts.map((a) => a.outcome)).toStrictEqual([outcome, 'answered']);
       expect(keysOf(calls)[1]).toBe(keysOf(calls)[0]);
       expect(decisionsFor(keysOf(calls)[0])).toStrictEqual(['executed', 'replayed']);
       expect(result.structuredContent).toStrictEqual({ charged: 100, balance: 100 });
       expect(await balanceOf(plain)).toBe(100);
     });
+  });
+
+  describe('what one call adds to the client', () => {
+    test('a key the caller chose (and stored before sending) is the key of every attempt', async () => {
+      const idempotencyKey = crypto.randomUUID();
+      const { shop, calls, attempts } = await connect(IMPATIENT);
+      const own: Attempt[] = [];
+      const result = await shop.callTool(
+        'charge_guarded',
+        { amount: 100 },
+        { idempotencyKey, onAttempt: (a) => own.push(a) },
+      );
+      expect(result.structuredContent).toStrictEqual({ charged: 100, balance: 100 });
+      expect(calls.length).toBeGreaterThan(1);
+      expect(new Set(keysOf(calls))).toStrictEqual(new Set([idempotencyKey]));
+      expect(decisionsFor(idempotencyKey).filter((d) => d === 'executed')).toHaveLength(1);
+      // The call's own observer sees what the client's sees, this call's attempts only.
+      expect(own).toStrictEqual(attempts);
+      expect(await balanceOf(plain)).toBe(100);
+    });
+
+    test.each([
+      ['between attempts', IMPATIENT],
+      ['during an attempt', { ...IMPATIENT, timeoutMs: 5_000 }],
+    ])(
+      'an abort %s ends the retries: the call rejects with its reason, no attempt follows',
+      async (when, policy) => {
+        const { shop, calls } = await connect(policy);
+        const stop = new AbortController();
+        const reason = new Error('the user closed the checkout');
+        const abort = () => stop.abort(reason);
+        if (when === 'during an attempt') setTimeout(abort, CHARGE_LATENCY_MS / 4);
+        const charging = shop.callTool(
+          'charge_guarded',
+          { amount: 100 },
+          { signal: stop.signal, onAttempt: abort },
+        );
+        expect(await errorFrom(charging)).toBe(reason);
+        // The first attempt's charge, already running, still completes, once; nothing is sent again.
+        await new Promise((resolve) => setTimeout(resolve, 2 * CHARGE_LATENCY_MS));
+        expect(await balanceOf(plain)).toBe(100);
+        expect(calls).toHaveLength(1);
+      },
+    );
   });
 
   test('retries stop at maxAttempts, and the last answer is thrown', async () => {

@@ -428,12 +428,30 @@ describe.skipIf(!redis)('fail closed: an unreachable Redis never means executing
         server().thaw();
       }
 
-      // The timed-out SET still ran once Redis woke: the key is held, never executed twice.
-      expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
-        state: 'inProgress',
-        fingerprint: FINGERPRINT,
-      });
+      await waitUntil(
+        async () => (await store.claim(newId(), FINGERPRINT, LEASE_MS).catch(() => undefined)) !== undefined,
+      );
       expect((await store.claim(newId(), FINGERPRINT, LEASE_MS)).state).toBe('claimed');
+    },
+  );
+
+  it.skipIf(needsOwnServer)(
+    'undoes a claim that timed out but ran once Redis answered again: the retry executes, the quota slot is free',
+    async () => {
+      // One record per caller: a claim left standing would refuse the retry on quota, or as in progress.
+      const store = await openStore({ commandTimeoutMs: 300, maxRecordsPerScope: 1 });
+      const scope = `caller-${randomUUID()}`;
+      const id = newId(scope);
+      await server().admin.sendCommand(['CLIENT', 'PAUSE', '1500']);
+      await expect(store.claim(id, FINGERPRINT, LEASE_MS)).rejects.toBeInstanceOf(StoreUnavailableError);
+
+      // Redis runs the queued claim once the pause ends; the caller was told nothing ran, so the
+      // retry must find the key free well before the lease (120 s) would have freed it.
+      const retry = () => store.claim(id, FINGERPRINT, LEASE_MS).catch(() => undefined);
+      await waitUntil(async () => (await retry())?.state === 'claimed', 10_000, 100);
+      expect(await store.claim(newId(scope), FINGERPRINT, LEASE_MS)).toStrictEqual({
+        state: 'quotaExceeded',
+      });
     },
   );
 

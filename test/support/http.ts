@@ -7,7 +7,7 @@ import { type Connection, PEER_TIMEOUT_MS } from './sep-cases.js';
 export { connectHttpClient, type HttpInstance, startHttpInstance } from '../../launch.js';
 
 /** Alice may do everything with token-a and only read with token-r; bob is another caller. */
-const TOKENS = 'alice:token-a,alice:token-r:read,bob:token-b';
+const TOKENS = 'alice:token-a:charge+refund+read+admin,alice:token-r:read,bob:token-b';
 
 /**
  * One server process with bearer auth, an SDK client and raw peers for alice, and raw peers for

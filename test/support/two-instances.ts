@@ -73,7 +73,7 @@ export function describeTwoInstancesOn(where: string, store: SharedStore | undef
 
     beforeAll(async () => {
       const env = {
-        DEMO_BEARER_TOKENS: `alice:${tokens.alice},alice:${tokens.aliceReadOnly}:read,bob:${tokens.bob}`,
+        DEMO_BEARER_TOKENS: `alice:${tokens.alice}:charge+refund+read+admin,alice:${tokens.aliceReadOnly}:read,bob:${tokens.bob}`,
       };
       const args = [...shared().args(prefix), '--charge-latency-ms', String(CHARGE_MS)];
       [a, b] = await Promise.all([startHttpInstance(args, env), startHttpInstance(args, env)]);
