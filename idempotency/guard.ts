@@ -193,7 +193,8 @@ export function createToolCallGuard(options: IdempotencyGuardOptions): ToolCallG
   const retentionMs = options.retentionMs ?? DEFAULT_RETENTION_MS;
   const providerKeyRetentionMs = options.providerKeyRetentionMs ?? DEFAULT_PROVIDER_KEY_RETENTION_MS;
   for (const [name, ms] of Object.entries({ retentionMs, leaseMs })) {
-    if (!(Number.isFinite(ms) && ms > 0)) throw new RangeError(`${name} must be a positive number, got ${ms}`);
+    if (!(Number.isFinite(ms) && ms > 0))
+      throw new RangeError(`${name} must be a positive number, got ${ms}`);
   }
   if (!(retentionMs >= providerKeyRetentionMs)) {
     throw new RangeError(Messages.retentionBelowProviderKeys(retentionMs, providerKeyRetentionMs));
