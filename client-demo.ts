@@ -672,18 +672,56 @@ async function refundAsksFirst(): Promise<void> {
   }
 }
 
+// --- The backends of the later scenarios: a failure is never a skip ---
+//
+// A backend that is installed but does not start fails the demo with its own error: reported as
+// "not installed", a broken machine would pass. One that is not installed is a one-line skip for
+// a reader, and a failure where every scenario must run (CI=true, or `--scale` for Redis): CI
+// reads only the exit code, and a skip there would drop expectations without a word.
+
+const REDIS_ABSENT =
+  'no redis-server is installed and REDIS_URL is unset. `apt-get install redis-server` enables them';
+const POSTGRES_ABSENT =
+  'no PostgreSQL server binaries are installed and DATABASE_URL is unset. `apt-get install postgresql` enables them';
+
+/** Whether a missing backend fails the demo rather than skip its scenarios. */
+const everyScenarioMustRun = (): boolean => process.env.CI === 'true';
+
+/**
+ * `start()`'s backend for `scenarios`, or undefined when they cannot run: not installed (`start`
+ * resolves undefined), said on one line; or failed to start, a failed expectation with the error.
+ */
+async function backendFor<T>(
+  scenarios: string,
+  start: () => Promise<T | undefined>,
+  absent: string,
+  required = everyScenarioMustRun(),
+): Promise<T | undefined> {
+  let backend: T | undefined;
+  try {
+    backend = await start();
+  } catch (error) {
+    heading(`${scenarios}: not run`, 'Their backend is installed, and did not start:');
+    const message = (error instanceof Error ? error.message : String(error)).trimEnd();
+    say(message.replace(/^/gm, '     '));
+    expect(scenarios, 'the backend they need started', false, message.split('\n')[0] ?? '');
+    return undefined;
+  }
+  if (backend === undefined) {
+    say();
+    say(`== ${scenarios}: skipped, ${absent}.`);
+    if (required) expect(scenarios, 'ran (every scenario must run here)', false, 'skipped');
+  }
+  return backend;
+}
+
 /**
  * Scenarios 9 to 11 need a Redis both instances share: a private redis-server on loopback when
- * one is installed (as the tests start), else the one at REDIS_URL. Resolves false when neither.
+ * one is installed (as the tests start), else the one at REDIS_URL.
  */
-async function runScaleOutScenarios(): Promise<boolean> {
-  let redis: Awaited<ReturnType<typeof startRedis>>;
-  try {
-    redis = await startRedis();
-  } catch {
-    redis = undefined;
-  }
-  if (!redis) return false;
+async function runScaleOutScenarios(required: boolean): Promise<void> {
+  const redis = await backendFor('Scenarios 9–11 (scale-out on Redis)', startRedis, REDIS_ABSENT, required);
+  if (!redis) return;
   const cluster = await startScaleOut(redis.url);
   try {
     await retryLandsElsewhere(cluster);
@@ -694,7 +732,6 @@ async function runScaleOutScenarios(): Promise<boolean> {
     await redis.flush(DEMO_REDIS_PREFIX);
     await redis.stop();
   }
-  return true;
 }
 
 async function clientOwnsItsRetries(): Promise<void> {
@@ -930,7 +967,7 @@ async function serverKilledMidAnswer(provider: ProviderProcess, redisUrl: string
 /** Scenarios 14 and 15: the project's provider, and Redis for the HTTP half when there is one. */
 async function runProviderScenarios(): Promise<void> {
   const provider = await startProviderProcess(PROVIDER_IMPLEMENTATIONS[0]?.command ?? []);
-  const redis = await startRedis().catch(() => undefined);
+  const redis = await backendFor("Scenario 15's HTTP half (on Redis)", startRedis, REDIS_ABSENT);
   try {
     await providerAnswerLost(provider);
     await serverKilledMidAnswer(provider, redis?.url);
@@ -1009,16 +1046,15 @@ async function postgresScenarios(postgresUrl: string): Promise<void> {
 }
 
 /** Scenario 16 needs Postgres: a private cluster when its server binaries are installed, else DATABASE_URL. */
-async function runPostgresScenarios(): Promise<boolean> {
-  const postgres = await startPostgres().catch(() => undefined);
-  if (!postgres) return false;
+async function runPostgresScenarios(): Promise<void> {
+  const postgres = await backendFor('Scenario 16 (Postgres)', startPostgres, POSTGRES_ABSENT);
+  if (!postgres) return;
   try {
     await postgresScenarios(postgres.url);
   } finally {
     await postgres.drop(DEMO_POSTGRES_PREFIX);
     await postgres.stop();
   }
-  return true;
 }
 
 async function main(): Promise<void> {
@@ -1029,23 +1065,12 @@ async function main(): Promise<void> {
     await runHttpScenario();
     await v1ClientSameDeduplication();
   }
-  if (!(await runScaleOutScenarios())) {
-    const why = 'no redis-server is installed and no Redis answers at REDIS_URL';
-    if (scaleOnly) throw new Error(`the scale-out scenarios need Redis: ${why}`);
-    say();
-    say(
-      `== Scenarios 9–11 (scale-out on Redis) skipped: ${why}. \`apt-get install redis-server\` enables them.`,
-    );
-  }
+  // `--scale` runs the Redis scenarios and nothing else: without Redis it has nothing to show.
+  await runScaleOutScenarios(scaleOnly || everyScenarioMustRun());
   if (!scaleOnly) await refundAsksFirst();
   if (!scaleOnly) await clientOwnsItsRetries();
   if (!scaleOnly) await runProviderScenarios();
-  if (!(await runPostgresScenarios())) {
-    say();
-    say(
-      '== Scenario 16 (Postgres) skipped: no PostgreSQL server binaries are installed and DATABASE_URL is unset. `apt-get install postgresql` enables it.',
-    );
-  }
+  await runPostgresScenarios();
   printTable();
   process.exitCode = expectations.every((e) => e.passed) && expectations.length > 0 ? 0 : 1;
 }

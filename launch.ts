@@ -4,7 +4,7 @@
 // loopback) and connects a client of the current SDK line in either protocol era. The demo, the
 // tests and the benchmark all start their servers here.
 
-import { spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -27,6 +27,7 @@ import {
   LEGACY_PROTOCOL_VERSION,
   MODERN_PROTOCOL_VERSION,
 } from 'mcp-request-idempotency/client';
+import { START_TIMEOUT_MS } from './test/support/bounds.js';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 
@@ -201,7 +202,15 @@ export interface HttpInstance {
   stop(graceMs?: number): Promise<void>;
 }
 
-const START_TIMEOUT_MS = 15_000;
+/**
+ * The HTTP instances still running, killed when this process exits however it exits (an uncaught
+ * error, `process.exit`): an HTTP server has no stdin whose end would tell it to stop, and would
+ * serve on, orphaned. (A stdio server stops when its stdin closes.)
+ */
+const running = new Set<ChildProcess>();
+process.on('exit', () => {
+  for (const child of running) child.kill('SIGKILL');
+});
 
 /** Every instance started from here seals `requestState` with one key, as a fleet's would. */
 const FLEET_REQUEST_STATE_KEY = randomBytes(32).toString('base64url');
@@ -220,8 +229,14 @@ export async function startHttpInstance(
       stdio: ['ignore', 'ignore', 'pipe'],
     },
   );
+  running.add(child);
   const stderrLines: string[] = [];
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const exited = new Promise<void>((resolve) =>
+    child.once('exit', () => {
+      running.delete(child);
+      resolve();
+    }),
+  );
   const listening = new Promise<URL>((resolve, reject) => {
     const timer = setTimeout(
       () => reject(new Error(`server did not start: ${stderrLines.join('\n')}`)),

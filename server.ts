@@ -34,6 +34,7 @@ import {
   MemoryIdempotencyStore,
   principalOf,
   providerKey,
+  StoreUnavailableError,
 } from 'mcp-request-idempotency';
 import { PostgresIdempotencyStore } from 'mcp-request-idempotency/postgres';
 import {
@@ -404,7 +405,7 @@ Environment: DEMO_BEARER_TOKENS requires bearer auth over HTTP: comma-separated 
 
 export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process.env): ServerConfig {
   const { values } = parseArgs({
-    args: argv,
+    args: negativeNumbersAsValues(argv),
     strict: true,
     options: {
       http: { type: 'boolean', default: false },
@@ -438,12 +439,17 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
   const postgresUrl = values['postgres-url'] ?? env.DATABASE_URL;
   if (store === 'postgres' && !postgresUrl)
     throw new Error('--store postgres needs --postgres-url or $DATABASE_URL');
+  if (store === 'postgres' && postgresUrl)
+    storeUrl('--postgres-url', postgresUrl, ['postgres:', 'postgresql:']);
   if (values['postgres-url'] !== undefined && store !== 'postgres')
     throw new Error('--postgres-url needs --store postgres');
   const redisCluster = values['redis-cluster']?.split(',');
   if (redisCluster && store !== 'redis') throw new Error('--redis-cluster needs --store redis');
   if (redisCluster?.some((url) => url === ''))
     throw new Error(`--redis-cluster takes comma-separated URLs, got "${values['redis-cluster']}"`);
+  if (store === 'redis')
+    for (const url of redisCluster ?? [values['redis-url']])
+      storeUrl(redisCluster ? '--redis-cluster' : '--redis-url', url, ['redis:', 'rediss:']);
   const providerUrl = values['provider-url'] === undefined ? undefined : httpUrl(values['provider-url']);
   const providerKeys = values['provider-keys'];
   if (providerKeys !== 'derived' && providerKeys !== 'none')
@@ -456,7 +462,7 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
   return {
     transport: values.http ? 'http' : 'stdio',
     host: values.host,
-    port: integerOption('--port', values.port, 0),
+    port: integerOption('--port', values.port, 0, MAX_PORT),
     store,
     redisUrl: values['redis-url'],
     redisCluster,
@@ -490,12 +496,39 @@ function httpUrl(raw: string): URL {
   return url;
 }
 
-function integerOption(name: string, raw: string, min: number): number {
+/** A store URL the store's client can parse, of its scheme; not echoed, as it may hold a password. */
+function storeUrl(name: string, raw: string, protocols: readonly string[]): void {
+  const url = URL.canParse(raw) ? new URL(raw) : undefined;
+  if (!url || !protocols.includes(url.protocol))
+    throw new Error(`${name} must be a ${protocols.map((p) => `${p}//`).join(' or ')} URL`);
+}
+
+/** The highest TCP port. */
+const MAX_PORT = 65_535;
+
+function integerOption(name: string, raw: string, min: number, max = Number.MAX_SAFE_INTEGER): number {
   const value = Number(raw);
-  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(value) || value < min) {
-    throw new Error(`${name} must be an integer ≥ ${min}, got "${raw}"`);
+  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(value) || value < min || value > max) {
+    const range = max === Number.MAX_SAFE_INTEGER ? `≥ ${min}` : `from ${min} to ${max}`;
+    throw new Error(`${name} must be an integer ${range}, got "${raw}"`);
   }
   return value;
+}
+
+/**
+ * `--retention-seconds -5` as `--retention-seconds=-5`: parseArgs takes a value that starts with
+ * a dash for an option of its own ("argument is ambiguous"), where the mistake is the number,
+ * which `integerOption` then names.
+ */
+function negativeNumbersAsValues(argv: readonly string[]): string[] {
+  const joined: string[] = [];
+  for (const arg of argv) {
+    const option = joined.at(-1);
+    if (/^-\d/.test(arg) && option?.startsWith('--') && !option.includes('='))
+      joined[joined.length - 1] = `${option}=${arg}`;
+    else joined.push(arg);
+  }
+  return joined;
 }
 
 /**
@@ -541,10 +574,21 @@ async function openBackends(
       close: () => store.close(),
     };
   }
-  const onError = (error: unknown) => log({ event: 'redis', error: String(error) });
-  const client = config.redisCluster
-    ? await connectRedisCluster(config.redisCluster, { onError })
-    : await connectRedis(config.redisUrl, { onError });
+  // Until connected, each failed attempt is the same error: the start-up failure names the
+  // first, once, rather than the log repeating it for every retry.
+  let connecting = true;
+  let firstError: unknown;
+  const onError = (error: unknown) => {
+    if (!connecting) log({ event: 'redis', error: String(error) });
+    else firstError ??= error;
+  };
+  const client = await (config.redisCluster
+    ? connectRedisCluster(config.redisCluster, { onError })
+    : connectRedis(config.redisUrl, { onError })
+  ).catch((error: unknown) => {
+    throw firstError ?? error;
+  });
+  connecting = false;
   return {
     store: new RedisIdempotencyStore(client, {
       keyPrefix: `${config.redisPrefix}idem:`,
@@ -576,12 +620,16 @@ async function main(): Promise<void> {
     const stateKey = process.env.DEMO_REQUEST_STATE_KEY;
     requestState = stateKey === undefined ? undefined : refundStateCodec(stateKey);
   } catch (error) {
-    process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n${USAGE}\n`);
+    // parseArgs' own messages run to three lines; the first names the option.
+    const [mistake] = messageOf(error).split('\n');
+    process.stderr.write(`${mistake} (--help lists the options)\n`);
     process.exit(2);
   }
   batchDecisionLines(config.logFlushMs);
   await verifyGuardSeesKeys();
-  const backends = await openBackends(config);
+  const backends = await openBackends(config).catch((error: unknown) => {
+    throw new Error(unreachableStore(config, error));
+  });
   const claims = new ClaimsInFlight(backends.store);
   const serverOptions: DemoServerOptions = {
     ...backends,
@@ -637,6 +685,11 @@ async function main(): Promise<void> {
     // verified token (the guard's default).
     createServer: () => createDemoServer(serverOptions),
     onerror: reportSdkError,
+  }).catch(async (error: unknown) => {
+    await backends.close();
+    throw new Error(
+      `cannot listen on ${config.host}:${config.port} (${messageOf(error)}): give another --host or --port (--port 0 picks a free one)`,
+    );
   });
   closers.push(http.close);
   log({
@@ -648,9 +701,33 @@ async function main(): Promise<void> {
   });
 }
 
+/** What an operator reads when the store does not answer at start-up: where, why, and what to do. */
+function unreachableStore(config: ServerConfig, error: unknown): string {
+  const [store, where, flag] =
+    config.store === 'postgres'
+      ? ['Postgres', withoutPassword(config.postgresUrl ?? ''), '--postgres-url']
+      : config.redisCluster
+        ? ['the Redis Cluster', config.redisCluster.map(withoutPassword).join(','), '--redis-cluster']
+        : ['Redis', withoutPassword(config.redisUrl), '--redis-url'];
+  // The store's own wrapper says only "unavailable"; its cause says why.
+  const why = error instanceof StoreUnavailableError && error.cause !== undefined ? error.cause : error;
+  return `cannot reach ${store} at ${where} (${messageOf(why)}): start it, or give ${flag} of one that runs`;
+}
+
+function withoutPassword(raw: string): string {
+  const url = new URL(raw);
+  if (url.password) url.password = '***';
+  return url.href;
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  // Whatever stops the server starting is an operator's to fix: one line saying what, no stack.
   main().catch((error: unknown) => {
-    process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.stderr.write(`server.ts: ${messageOf(error)}\n`);
     process.exit(1);
   });
 }

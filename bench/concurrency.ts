@@ -7,6 +7,7 @@
 // (Stdio has no second client: one process serves one connection.)
 
 import { randomUUID } from 'node:crypto';
+import { IdempotencyErrorType, idempotencyErrorOf } from 'mcp-request-idempotency';
 import { callTool, MODERN_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import {
   AMOUNT,
@@ -34,12 +35,13 @@ export async function measureConcurrency(
       const pool = await Promise.all(Array.from({ length: clients }, connect));
       const ms = { baseline: 0, first: 0 };
       const samples: Record<Kind, number[]> = { baseline: [], first: [] };
+      const failedClosed = { baseline: 0, first: 0 };
       try {
         // Round -1 is a short warm-up of both paths, not counted.
         for (let round = -1; round < plan.rounds; round++) {
           for (const kind of rotate(KINDS, round + 1)) {
-            if (round < 0) await phase(pool, kind, plan.phaseMs / 4, []);
-            else ms[kind] += await phase(pool, kind, plan.phaseMs, samples[kind]);
+            if (round < 0) await phase(pool, kind, plan.phaseMs / 4, [], failedClosed);
+            else ms[kind] += await phase(pool, kind, plan.phaseMs, samples[kind], failedClosed);
           }
         }
       } finally {
@@ -49,18 +51,23 @@ export async function measureConcurrency(
       for (const kind of KINDS) {
         const { samples: calls, ...latency } = summarize(samples[kind]);
         const throughput = { callsPerSecond: rate(kind), ratio: rate(kind) / rate('baseline') };
-        rows.push({ transport, store, clients, variant: kind, calls, ...throughput, ...latency });
+        const refused = failedClosed[kind];
+        rows.push({ transport, store, clients, variant: kind, calls, refused, ...throughput, ...latency });
       }
     }
   }
   return {
     title: 'Throughput with concurrent clients',
-    how: `${plan.rounds} alternating ${plan.phaseMs} ms phases per variant; ratio = keyed / unkeyed calls/s.`,
+    how:
+      `${plan.rounds} alternating ${plan.phaseMs} ms phases per variant; ratio = keyed / unkeyed calls/s.\n` +
+      'Failed closed: calls the store could not answer within its bound (idempotency_store_unavailable), ' +
+      'not counted in calls/s; any at all means the machine was too busy for the figures to mean much.',
     table: table(
-      'transport | store | clients | variant | calls/s | median µs | p99 µs | ratio',
+      'transport | store | clients | variant | calls/s | median µs | p99 µs | ratio | failed closed',
       rows.map((row) => [
         ...[row.transport, row.store, String(row.clients), VARIANT_LABEL[row.variant] ?? ''],
         ...[int(row.callsPerSecond), us(row.medianUs), us(row.p99Us), row.ratio.toFixed(3)],
+        String(row.refused),
       ]),
     ),
     checks: [],
@@ -68,15 +75,32 @@ export async function measureConcurrency(
   };
 }
 
-/** Every client calling in a loop until `ms` have passed; the phase's wall time. */
-async function phase(pool: Endpoint[], kind: Kind, ms: number, samples: number[]): Promise<number> {
+/**
+ * Every client calling in a loop until `ms` have passed; the phase's wall time. A keyed call the
+ * store could not answer in time (a busy machine, 64 clients) fails closed: the guard's right
+ * answer, counted in `failedClosed` and left out of `samples`.
+ */
+async function phase(
+  pool: Endpoint[],
+  kind: Kind,
+  ms: number,
+  samples: number[],
+  failedClosed: Record<Kind, number>,
+): Promise<number> {
   const started = performance.now();
   await Promise.all(
     pool.map(async ({ client }) => {
       while (performance.now() < started + ms) {
         const key = kind === 'first' ? { idempotencyKey: randomUUID() } : {};
         const call = { name: TOOL, arguments: { amount: AMOUNT }, ...key };
-        const outcome = await timed(() => callTool(client, call), samples);
+        const sample: number[] = [];
+        const outcome = await timed(() => callTool(client, call), sample);
+        const refused = outcome.ok ? undefined : idempotencyErrorOf(outcome.error);
+        if (kind === 'first' && refused?.type === IdempotencyErrorType.storeUnavailable) {
+          failedClosed[kind] += 1;
+          continue;
+        }
+        samples.push(...sample);
         if (chargeOf(outcome)?.charged !== AMOUNT) {
           throw new WrongAnswerError(
             `concurrency, ${kind}: expected a charge, got ${JSON.stringify(outcome)}`,

@@ -28,10 +28,10 @@ const rootPackage = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'))
 const pinned = (name: string): string =>
   `${name}@${rootPackage.dependencies[name] ?? rootPackage.devDependencies[name]}`;
 
-/** The fenced ```ts <file> blocks of a README, by file name. */
+/** The fenced ```ts <file> blocks of a README (the quick start's under src/), by file name. */
 function snippetsOf(readme: string): Map<string, string> {
   const snippets = new Map<string, string>();
-  for (const match of readme.matchAll(/^```ts ([\w.-]+\.ts)\n([\s\S]*?)^```$/gm)) {
+  for (const match of readme.matchAll(/^```ts (?:src\/)?([\w.-]+\.ts)\n([\s\S]*?)^```$/gm)) {
     const [, file, code] = match;
     if (file && code) snippets.set(file, code);
   }
@@ -269,8 +269,8 @@ const keyedCharge = (idempotencyKey: string) => ({
 
 describe("the library README's servers, compiled and run", () => {
   const cases: Array<[string, Era]> = [
-    ['server-v2.js', MODERN_PROTOCOL_VERSION],
-    ['server-v2.js', LEGACY_PROTOCOL_VERSION],
+    ['server.js', MODERN_PROTOCOL_VERSION],
+    ['server.js', LEGACY_PROTOCOL_VERSION],
     ['server-v1.js', LEGACY_PROTOCOL_VERSION],
   ];
   for (const [file, era] of cases) {
@@ -324,13 +324,13 @@ describe('the checker, run with npx from its tarball', () => {
     );
 
   it("passes against the README's v2 server", async () => {
-    const { code, stdout } = await check('server-v2.js');
+    const { code, stdout } = await check('server.js');
     expect(stdout).toContain('replay.not-executed');
     expect(code).toBe(0);
   }, 120_000);
 
   it('fails against the same server without the guard, where the SDK strips the key', async () => {
-    const { code, stdout } = await check('bare-server-v2.js');
+    const { code, stdout } = await check('bare-server.js');
     expect(stdout).toMatch(/✗ replay\.not-executed/);
     expect(code).toBe(1);
   }, 120_000);

@@ -20,6 +20,7 @@ import {
   type PostgresStoreOptions,
 } from 'mcp-request-idempotency/postgres';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { POSTGRES_STATEMENT_TIMEOUT_MS } from './support/bounds.js';
 import {
   POSTGRES_SKIP_REASON,
   startPostgres,
@@ -71,7 +72,13 @@ const children: ChildProcess[] = [];
 async function openStore(
   options: PostgresStoreOptions & PostgresConnectOptions = {},
 ): Promise<PostgresIdempotencyStore> {
-  const store = await PostgresIdempotencyStore.connect(server().url, { tablePrefix: prefix, ...options });
+  // The bound on each reply is a test's subject only where the test sets it: elsewhere, one that
+  // leaves a busy machine room (the default's 1 s is a production setting).
+  const store = await PostgresIdempotencyStore.connect(server().url, {
+    tablePrefix: prefix,
+    statementTimeoutMs: POSTGRES_STATEMENT_TIMEOUT_MS,
+    ...options,
+  });
   stores.push(store);
   return store;
 }

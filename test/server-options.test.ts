@@ -2,6 +2,7 @@
 // refused with it.
 
 import { execFile } from 'node:child_process';
+import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
 
@@ -26,11 +27,81 @@ describe('the server command line', () => {
     expect(run.stderr).toBe('');
   });
 
-  test.concurrent('an unknown option still exits 2, naming it, with the usage on stderr', async () => {
+  test.concurrent('an unknown option still exits 2, naming it, on one line that points to --help', async () => {
     const run = await runServer('--bogus');
     expect(run.code).toBe(2);
-    expect(run.stderr).toContain("Unknown option '--bogus'");
-    expect(run.stderr).toContain('Usage: tsx server.ts [options]');
+    expect(run.stderr).toBe("Unknown option '--bogus' (--help lists the options)\n");
     expect(run.stdout).toBe('');
+  });
+});
+
+describe('a start-up mistake', () => {
+  // Each is refused with one line that names the flag or the URL and what to do: no usage, no
+  // stack, no line per reconnect attempt. Port 1 on loopback: nothing listens there.
+  const mistakes: Array<[string, string[], number, RegExp]> = [
+    [
+      'a port past 65535',
+      ['--http', '--port', '99999'],
+      2,
+      /^--port must be an integer from 0 to 65535, got "99999"/,
+    ],
+    [
+      'a negative number',
+      ['--retention-seconds', '-5'],
+      2,
+      /^--retention-seconds must be an integer ≥ 1, got "-5"/,
+    ],
+    ['a malformed number', ['--max-records', '1e3'], 2, /^--max-records must be an integer ≥ 1, got "1e3"/],
+    [
+      'a provider URL that is not http',
+      ['--provider-url', 'ftp://127.0.0.1/'],
+      2,
+      /^--provider-url must be an http\(s\) URL/,
+    ],
+    [
+      'a Redis URL that is not one',
+      ['--store', 'redis', '--redis-url', 'localhost:6379'],
+      2,
+      /^--redis-url must be a redis:\/\/ or rediss:\/\/ URL/,
+    ],
+    [
+      'a Redis that does not answer',
+      ['--store', 'redis', '--redis-url', 'redis://127.0.0.1:1'],
+      1,
+      /^server\.ts: cannot reach Redis at redis:\/\/127\.0\.0\.1:1 \(connect ECONNREFUSED 127\.0\.0\.1:1\): start it, or give --redis-url/,
+    ],
+    [
+      'a Postgres that does not answer, its password kept out of the log',
+      ['--store', 'postgres', '--postgres-url', 'postgres://me:s3cret@127.0.0.1:1/db'],
+      1,
+      /^server\.ts: cannot reach Postgres at postgres:\/\/me:\*\*\*@127\.0\.0\.1:1\/db \(connect ECONNREFUSED 127\.0\.0\.1:1\): start it, or give --postgres-url/,
+    ],
+  ];
+  test.concurrent.each(mistakes)('%s: refused on one line', async (_name, args, code, line) => {
+    const run = await runServer(...args);
+    expect(run.code).toBe(code);
+    expect(run.stderr).toMatch(line);
+    expect(run.stderr.trimEnd().split('\n')).toHaveLength(1);
+    expect(run.stdout).toBe('');
+  });
+
+  test.concurrent('a port already taken: one line naming it, exit 1', async () => {
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    const address = taken.address();
+    if (address === null || typeof address === 'string') throw new Error('no TCP port from the OS');
+    const { port } = address;
+    try {
+      const run = await runServer('--http', '--port', String(port));
+      expect(run.code).toBe(1);
+      expect(run.stderr).toMatch(
+        new RegExp(
+          `^server\\.ts: cannot listen on 127\\.0\\.0\\.1:${port} \\(listen EADDRINUSE.*\\): give another --host or --port`,
+        ),
+      );
+      expect(run.stderr.trimEnd().split('\n')).toHaveLength(1);
+    } finally {
+      taken.close();
+    }
   });
 });

@@ -20,10 +20,8 @@ import { createServer } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { delimiter, join } from 'node:path';
 import pg from 'pg';
+import { START_TIMEOUT_MS, WAIT_MS } from './bounds.js';
 import { waitUntil } from './redis.js';
-
-/** Bound on every wait in here: a Postgres that takes longer is broken, not slow. */
-const WAIT_MS = 15_000;
 
 export const POSTGRES_SKIP_REASON =
   'Postgres tests skipped: set DATABASE_URL or install PostgreSQL server binaries (initdb, pg_ctl)';
@@ -206,7 +204,7 @@ class PrivateCluster {
       await waitUntil(async () => {
         if (!this.child) throw new Error('postgres exited at startup');
         return accepts(this.url);
-      }, WAIT_MS);
+      }, START_TIMEOUT_MS);
     } catch (error) {
       await this.kill();
       throw new Error(
@@ -288,7 +286,8 @@ class PrivateCluster {
   /** Runs one of the server binaries to its end, bounded. */
   private async run(tool: string, args: string[]): Promise<void> {
     await new Promise<void>((resolve, reject) => {
-      const options = { ...this.user, timeout: WAIT_MS + 5_000, cwd: this.dir };
+      // initdb writes a whole cluster: a start-up, not a wait.
+      const options = { ...this.user, timeout: START_TIMEOUT_MS, cwd: this.dir };
       execFile(join(this.bin, tool), args, options, (error, stdout, stderr) => {
         if (error)
           reject(new Error(`${tool} ${args.join(' ')} failed: ${String(error)}\n${stdout}${stderr}`));

@@ -16,9 +16,7 @@ import { createConnection, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { createClient, type RedisClientType } from '@redis/client';
-
-/** Bound on every wait in here: a Redis that takes longer is broken, not slow. */
-const WAIT_MS = 5_000;
+import { START_TIMEOUT_MS, WAIT_MS } from './bounds.js';
 
 export const REDIS_SKIP_REASON = 'Redis tests skipped: set REDIS_URL or install redis-server';
 
@@ -200,7 +198,7 @@ class PrivateRedis {
       await waitUntil(async () => {
         if (!this.child) throw new Error('redis-server exited at startup');
         return ping(this.port);
-      }, WAIT_MS);
+      }, START_TIMEOUT_MS);
     } catch (error) {
       await this.terminate('SIGKILL');
       throw new Error(`redis-server did not start on port ${this.port}: ${String(error)}\n${this.output}`);

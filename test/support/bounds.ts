@@ -1,0 +1,23 @@
+// --- How long a test waits for what is not what it tests ---
+//
+// A process starting, a server answering, npm installing: none of these is what a test is
+// about, and each takes several times longer when the machine is busy (CI machines are shared,
+// and a second test run beside this one triples a start-up). Each bound is set here, once,
+// wide enough that only something broken reaches it.
+
+/** `npm install` or `npm pack`, from npm's cache or the registry, and a TypeScript compile. */
+export const INSTALL_TIMEOUT_MS = 300_000;
+
+/** A process (a server, Redis, Postgres) from spawn to answering its first request. */
+export const START_TIMEOUT_MS = 30_000;
+
+/** Something that should hold in milliseconds (a reply, a log line, a process gone). */
+export const WAIT_MS = 15_000;
+
+/**
+ * The Postgres store's own bound on each reply, in tests. The default (1 s) is a production
+ * setting: a store that cannot answer within it fails the call closed. A test of another
+ * behaviour, run while the machine is busy, must not fail on it; the tests of that bound set
+ * their own.
+ */
+export const POSTGRES_STATEMENT_TIMEOUT_MS = 10_000;
