@@ -28,6 +28,7 @@ import {
   DEFAULT_MAX_BYTES_PER_SCOPE,
   DEFAULT_MAX_RECORDS,
   DEFAULT_MAX_RECORDS_PER_SCOPE,
+  DEFAULT_PROVIDER_KEY_RETENTION_MS,
   DEFAULT_RETENTION_MS,
   type DecisionEvent,
   type IdempotencyStore,
@@ -360,6 +361,8 @@ export interface ServerConfig {
   /** Whether the tools' provider keys are sent: `none` shows the window they close. */
   providerKeys: 'derived' | 'none';
   providerTimeoutMs: number;
+  /** How long the provider keeps a key: the records are kept at least as long. */
+  providerKeyRetentionMs: number;
   chargeLatencyMs: number;
   retentionMs: number;
   maxRecords: number;
@@ -387,6 +390,8 @@ const USAGE = `Usage: tsx server.ts [options]
   --provider-keys derived|none  send the derived key to the provider (default derived), or none,
                             to show the window the key closes
   --provider-timeout-ms N   how long one provider request may take (default ${DEFAULT_PROVIDER_TIMEOUT_MS})
+  --provider-key-retention-seconds N  how long the provider keeps a key (default
+                            ${DEFAULT_PROVIDER_KEY_RETENTION_MS / 1000}); --retention-seconds may not be shorter
   --charge-latency-ms N     the in-process ledger takes N ms per charge (default 0)
   --retention-seconds N     how long a completed key is remembered (default ${DEFAULT_RETENTION_MS / 1000})
   --max-records N           cap on records in the memory store (default ${DEFAULT_MAX_RECORDS})
@@ -421,6 +426,10 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
       'provider-url': { type: 'string' },
       'provider-keys': { type: 'string', default: 'derived' },
       'provider-timeout-ms': { type: 'string', default: String(DEFAULT_PROVIDER_TIMEOUT_MS) },
+      'provider-key-retention-seconds': {
+        type: 'string',
+        default: String(DEFAULT_PROVIDER_KEY_RETENTION_MS / 1000),
+      },
       'charge-latency-ms': { type: 'string', default: '0' },
       'retention-seconds': { type: 'string', default: String(DEFAULT_RETENTION_MS / 1000) },
       'max-records': { type: 'string', default: String(DEFAULT_MAX_RECORDS) },
@@ -459,6 +468,20 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
     throw new Error('--provider-url is the ledger: give --ledger or --provider-url, not both');
   if (providerUrl && chargeLatencyMs > 0)
     throw new Error("--charge-latency-ms is the in-process ledger's; give the provider its own --latency-ms");
+  const retentionSeconds = integerOption('--retention-seconds', values['retention-seconds'], 1);
+  const providerKeyRetentionSeconds = integerOption(
+    '--provider-key-retention-seconds',
+    values['provider-key-retention-seconds'],
+    1,
+  );
+  // The guard's rule (DEFAULT_RETENTION_MS says why), said at start-up in the flags' words.
+  if (providerUrl && providerKeys === 'derived' && retentionSeconds < providerKeyRetentionSeconds) {
+    throw new Error(
+      `--retention-seconds ${retentionSeconds} is shorter than the provider keeps keys ` +
+        `(--provider-key-retention-seconds ${providerKeyRetentionSeconds}): a key reused once its record ` +
+        'is gone would be answered the old charge; keep records at least as long',
+    );
+  }
   return {
     transport: values.http ? 'http' : 'stdio',
     host: values.host,
@@ -473,8 +496,9 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
     providerUrl,
     providerKeys,
     providerTimeoutMs: integerOption('--provider-timeout-ms', values['provider-timeout-ms'], 1),
+    providerKeyRetentionMs: 1000 * providerKeyRetentionSeconds,
     chargeLatencyMs,
-    retentionMs: 1000 * integerOption('--retention-seconds', values['retention-seconds'], 1),
+    retentionMs: 1000 * retentionSeconds,
     maxRecords: integerOption('--max-records', values['max-records'], 1),
     maxRecordsPerCaller: integerOption('--max-records-per-caller', values['max-records-per-caller'], 1),
     maxBytesPerCaller: integerOption('--max-bytes-per-caller', values['max-bytes-per-caller'], 1),
@@ -544,6 +568,7 @@ async function openBackends(
     new ProviderLedger(config.providerUrl, {
       sendKeys: config.providerKeys === 'derived',
       timeoutMs: config.providerTimeoutMs,
+      keyRetentionMs: config.providerKeyRetentionMs,
       onRetry: (retry) => log({ time: new Date().toISOString(), event: 'provider', retry: true, ...retry }),
     });
   const inProcess = config.ledger === 'memory' ? new MemoryLedger(config.chargeLatencyMs) : undefined;

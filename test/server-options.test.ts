@@ -27,6 +27,16 @@ describe('the server command line', () => {
     expect(run.stderr).toBe('');
   });
 
+  test.concurrent('a retention shorter than the provider keeps keys is refused on one line, naming both flags', async () => {
+    const run = await runServer('--provider-url', 'http://127.0.0.1:9', '--retention-seconds', '60');
+    expect(run.code).toBe(2);
+    expect(run.stderr).toBe(
+      '--retention-seconds 60 is shorter than the provider keeps keys (--provider-key-retention-seconds 86400): ' +
+        'a key reused once its record is gone would be answered the old charge; keep records at least as long ' +
+        '(--help lists the options)\n',
+    );
+  });
+
   test.concurrent('an unknown option still exits 2, naming it, on one line that points to --help', async () => {
     const run = await runServer('--bogus');
     expect(run.code).toBe(2);
