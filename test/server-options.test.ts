@@ -5,13 +5,16 @@ import { execFile } from 'node:child_process';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
+import { START_TIMEOUT_MS } from './support/bounds.js';
 
 const ROOT = join(import.meta.dirname, '..');
+/** A test runs the server once: its start-up, with room. */
+const RUN_TIMEOUT_MS = 2 * START_TIMEOUT_MS;
 
 function runServer(...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const argv = ['--import', 'tsx', join(ROOT, 'server.ts'), ...args];
   return new Promise((resolve) => {
-    execFile(process.execPath, argv, { cwd: ROOT, timeout: 20_000 }, (error, stdout, stderr) => {
+    execFile(process.execPath, argv, { cwd: ROOT, timeout: START_TIMEOUT_MS }, (error, stdout, stderr) => {
       const code = error ? (typeof error.code === 'number' ? error.code : null) : 0;
       resolve({ code, stdout, stderr });
     });
@@ -19,30 +22,42 @@ function runServer(...args: string[]): Promise<{ code: number | null; stdout: st
 }
 
 describe('the server command line', () => {
-  test.concurrent.each(['--help', '-h'])('%s prints the usage to stdout and exits 0', async (flag) => {
-    const run = await runServer(flag);
-    expect(run.code).toBe(0);
-    expect(run.stdout).toMatch(/^Usage: tsx server\.ts \[options\]\n/);
-    expect(run.stdout).toContain('--charge-latency-ms N');
-    expect(run.stderr).toBe('');
-  });
+  test.concurrent.each(['--help', '-h'])(
+    '%s prints the usage to stdout and exits 0',
+    async (flag) => {
+      const run = await runServer(flag);
+      expect(run.code).toBe(0);
+      expect(run.stdout).toMatch(/^Usage: tsx server\.ts \[options\]\n/);
+      expect(run.stdout).toContain('--charge-latency-ms N');
+      expect(run.stderr).toBe('');
+    },
+    RUN_TIMEOUT_MS,
+  );
 
-  test.concurrent('a retention shorter than the provider keeps keys is refused on one line, naming both flags', async () => {
-    const run = await runServer('--provider-url', 'http://127.0.0.1:9', '--retention-seconds', '60');
-    expect(run.code).toBe(2);
-    expect(run.stderr).toBe(
-      '--retention-seconds 60 is shorter than the provider keeps keys (--provider-key-retention-seconds 86400): ' +
-        'a key reused once its record is gone would be answered the old charge; keep records at least as long ' +
-        '(--help lists the options)\n',
-    );
-  });
+  test.concurrent(
+    'a retention shorter than the provider keeps keys is refused on one line, naming both flags',
+    async () => {
+      const run = await runServer('--provider-url', 'http://127.0.0.1:9', '--retention-seconds', '60');
+      expect(run.code).toBe(2);
+      expect(run.stderr).toBe(
+        '--retention-seconds 60 is shorter than the provider keeps keys (--provider-key-retention-seconds 86400): ' +
+          'a key reused once its record is gone would be answered the old charge; keep records at least as long ' +
+          '(--help lists the options)\n',
+      );
+    },
+    RUN_TIMEOUT_MS,
+  );
 
-  test.concurrent('an unknown option still exits 2, naming it, on one line that points to --help', async () => {
-    const run = await runServer('--bogus');
-    expect(run.code).toBe(2);
-    expect(run.stderr).toBe("Unknown option '--bogus' (--help lists the options)\n");
-    expect(run.stdout).toBe('');
-  });
+  test.concurrent(
+    'an unknown option still exits 2, naming it, on one line that points to --help',
+    async () => {
+      const run = await runServer('--bogus');
+      expect(run.code).toBe(2);
+      expect(run.stderr).toBe("Unknown option '--bogus' (--help lists the options)\n");
+      expect(run.stdout).toBe('');
+    },
+    RUN_TIMEOUT_MS,
+  );
 });
 
 describe('a start-up mistake', () => {
@@ -87,31 +102,39 @@ describe('a start-up mistake', () => {
       /^server\.ts: cannot reach Postgres at postgres:\/\/me:\*\*\*@127\.0\.0\.1:1\/db \(connect ECONNREFUSED 127\.0\.0\.1:1\): start it, or give --postgres-url/,
     ],
   ];
-  test.concurrent.each(mistakes)('%s: refused on one line', async (_name, args, code, line) => {
-    const run = await runServer(...args);
-    expect(run.code).toBe(code);
-    expect(run.stderr).toMatch(line);
-    expect(run.stderr.trimEnd().split('\n')).toHaveLength(1);
-    expect(run.stdout).toBe('');
-  });
-
-  test.concurrent('a port already taken: one line naming it, exit 1', async () => {
-    const taken = createServer();
-    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
-    const address = taken.address();
-    if (address === null || typeof address === 'string') throw new Error('no TCP port from the OS');
-    const { port } = address;
-    try {
-      const run = await runServer('--http', '--port', String(port));
-      expect(run.code).toBe(1);
-      expect(run.stderr).toMatch(
-        new RegExp(
-          `^server\\.ts: cannot listen on 127\\.0\\.0\\.1:${port} \\(listen EADDRINUSE.*\\): give another --host or --port`,
-        ),
-      );
+  test.concurrent.each(mistakes)(
+    '%s: refused on one line',
+    async (_name, args, code, line) => {
+      const run = await runServer(...args);
+      expect(run.code).toBe(code);
+      expect(run.stderr).toMatch(line);
       expect(run.stderr.trimEnd().split('\n')).toHaveLength(1);
-    } finally {
-      taken.close();
-    }
-  });
+      expect(run.stdout).toBe('');
+    },
+    RUN_TIMEOUT_MS,
+  );
+
+  test.concurrent(
+    'a port already taken: one line naming it, exit 1',
+    async () => {
+      const taken = createServer();
+      await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+      const address = taken.address();
+      if (address === null || typeof address === 'string') throw new Error('no TCP port from the OS');
+      const { port } = address;
+      try {
+        const run = await runServer('--http', '--port', String(port));
+        expect(run.code).toBe(1);
+        expect(run.stderr).toMatch(
+          new RegExp(
+            `^server\\.ts: cannot listen on 127\\.0\\.0\\.1:${port} \\(listen EADDRINUSE.*\\): give another --host or --port`,
+          ),
+        );
+        expect(run.stderr.trimEnd().split('\n')).toHaveLength(1);
+      } finally {
+        taken.close();
+      }
+    },
+    RUN_TIMEOUT_MS,
+  );
 });
