@@ -31,6 +31,7 @@ import {
 } from 'mcp-request-idempotency/redis';
 import { afterAll, describe, it } from 'vitest';
 import { MemoryLedger } from '../ledger.js';
+import { POSTGRES_STATEMENT_TIMEOUT_MS } from './support/bounds.js';
 import { connectInProcess } from './support/in-process.js';
 import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from './support/postgres.js';
 import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from './support/redis.js';
@@ -392,7 +393,10 @@ describe('continuations under a key agree with the model of the rules, in Postgr
   it(`with the Postgres store, over ${POSTGRES_RUNS} random programs`, async (context) => {
     postgres = await startPostgres();
     if (!postgres) return context.skip(POSTGRES_SKIP_REASON);
-    const store = await PostgresIdempotencyStore.connect(postgres.url, { tablePrefix: postgresPrefix });
+    const store = await PostgresIdempotencyStore.connect(postgres.url, {
+      tablePrefix: postgresPrefix,
+      statementTimeoutMs: POSTGRES_STATEMENT_TIMEOUT_MS,
+    });
     postgresStore = store;
     await fc.assert(
       fc.asyncProperty(programs(), async (commands) => {

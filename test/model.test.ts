@@ -18,6 +18,7 @@ import {
   RedisIdempotencyStore,
 } from 'mcp-request-idempotency/redis';
 import { afterAll, describe, expect, it } from 'vitest';
+import { POSTGRES_STATEMENT_TIMEOUT_MS } from './support/bounds.js';
 import {
   CALLERS,
   type ModelSettings,
@@ -218,6 +219,7 @@ describe.skipIf(!postgres)(
             tablePrefix: prefix,
             maxRecordsPerScope,
             migrate: false,
+            statementTimeoutMs: POSTGRES_STATEMENT_TIMEOUT_MS,
             // One connection per instance, as each Redis instance has: its statements reach
             // Postgres in the order the guard sent them. With more, a call sent "at once" behind
             // another may wait for a new connection while the first claims, runs and completes,
