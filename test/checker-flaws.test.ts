@@ -156,11 +156,10 @@ describe('a correct server passes, exit status 0', () => {
 
   test.each([
     { flaw: 'correct', name: 'over HTTP, answering in JSON' },
-    // The old reader took the ping for the answer: "error undefined undefined", 20 not checkable.
-    {
-      flaw: 'ping-same-id',
-      name: 'over HTTP, each answer on an SSE stream that opens with a ping reusing its id, left open',
-    },
+    // The answer is the message with the request's id and a result or an error, not the ping.
+    { flaw: 'ping-same-id', name: 'over HTTP, each answer on an SSE stream after a ping reusing its id' },
+    // Events are read as they arrive: the answer counts, not the end of the stream.
+    { flaw: 'stream-left-open', name: 'over HTTP, each answer on an SSE stream left open after it' },
   ])(
     '$name',
     async ({ flaw }) => {
