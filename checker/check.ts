@@ -34,7 +34,10 @@ const USAGE = `Usage: mcp-idempotency-check (--command "CMD ARGSâ€¦" [--arg A]â€
   --forbidden-header "K: V"
                          the same caller's credentials that may not call --tool (authorization-at-replay check; repeatable)
   --timeout-ms N         how long to wait for any answer (default 10000)
-  --json                 print the results as JSON`;
+  --json                 print the results as JSON
+  --help                 print this, and exit 0
+Exit status: 0 passed, 1 a MUST failed, 2 a bad command line, 3 the server could not be reached,
+4 nothing certain about deduplication (the rules that rest on it could not be observed)`;
 
 class UsageError extends Error {}
 
@@ -221,8 +224,13 @@ async function main(argv: string[]): Promise<number> {
     options = parseCommandLine(argv);
   } catch (error) {
     const message = messageOf(error);
-    process.stderr.write(`${message ? `error: ${message}\n` : ''}${USAGE}\n`);
-    return message ? 2 : 0;
+    // --help asked for the usage: it goes to stdout; a mistake gets it on stderr, after the error.
+    if (!message) {
+      process.stdout.write(`${USAGE}\n`);
+      return 0;
+    }
+    process.stderr.write(`error: ${message}\n${USAGE}\n`);
+    return 2;
   }
   const { target, era, timeoutMs } = options;
   const peers: Peer[] = [];
