@@ -235,6 +235,13 @@ async function counted(run: Run, judge: (counter: Counter) => Promise<Verdict> |
   return counter ? judge(counter) : nc(noCounter(first, second));
 }
 
+/**
+ * A later call under the key got the stored result: the same answer, or (if it differs elsewhere,
+ * which replay.identical judges) one whose counter stands where the original's did.
+ */
+const replays = (counter: Counter, original: Call, later: Call) =>
+  same(original, later) || (later.kind !== 'error' && executionsBetween(counter, original, later) === 0);
+
 const unreadable = (account: string) => nc(`the counter could not be read: ${account}`);
 
 /**
@@ -262,6 +269,12 @@ function canonical(value: unknown): string {
 }
 
 const same = (a: Call, b: Call) => a.kind === b.kind && canonical(a.value) === canonical(b.value);
+
+/** How a later answer under the key is not the stored one: which it was, or where it differs. */
+function notStored(original: Call, later: Call): string {
+  if ((original.kind === 'error') !== (later.kind === 'error')) return `not the stored ${describe(original)}`;
+  return `not the stored result (it differs at ${difference(original, later)})`;
+}
 
 /** Where two answers first differ: the member's path, and both values around the difference. */
 function difference(a: Call, b: Call): string {
@@ -505,15 +518,17 @@ function equivalent(spell: (args: Args) => (string | null)[]) {
       if (extra === undefined) return unreadable(account);
       const sent = spellingsOf(run, spell).map((text) => text ?? 'no arguments member');
       const ran = extra === 0 ? '' : `; ${unexpected(extra)}: ${account}`;
-      const wrong = retries.findIndex((retry) => !same(original, retry));
+      // Treated as equivalent means replayed: neither rejected nor executed. An answer that is not
+      // byte for byte the stored one, with nothing executed, is replay.identical's concern.
+      const wrong = retries.findIndex(
+        (retry) => retry.kind === 'error' || (extra > 0 && !same(original, retry)),
+      );
       const retry = retries[wrong];
       if (retry) {
         const how =
           retry.kind === 'error'
             ? `rejected it, ${describe(retry)}`
-            : extra > 0
-              ? `executed it again, ${describe(retry)}`
-              : `answered otherwise, at ${difference(original, retry)}`;
+            : `executed it again, ${describe(retry)}`;
         const others = retries.length > 1 ? ` (${retries.length} spellings tried)` : '';
         return fail(`retry with ${sent[wrong]}: ${how}; original ${describe(original)}${others}${ran}`);
       }
@@ -571,9 +586,9 @@ function conflict(observe: (run: Run) => Promise<Conflicted>) {
       }
       if (extra !== 0)
         return fail(`rejected it (${describe(rejected)}), yet ${unexpected(extra)}: ${account}`);
-      if (!same(original, again))
+      if (!replays(counter, original, again))
         return fail(
-          `rejected it (${describe(rejected)}), but then the original request under the key got ${describe(again)}, not the stored ${describe(original)}: the conflict changed the record`,
+          `rejected it (${describe(rejected)}), but then the original request under the key got ${describe(again)}, ${notStored(original, again)}: the conflict changed the record`,
         );
       return pass(`rejected: ${describe(rejected)}; ${moved}; the original request still replays`);
     });
@@ -691,6 +706,8 @@ interface WhileInProgress {
   moved: string;
   account: string;
   retry: Call;
+  /** Whether `retry`, once the original finished, got the stored result. */
+  replayed: boolean;
 }
 
 function whileInProgress(judge: (o: WhileInProgress) => Verdict) {
@@ -712,7 +729,20 @@ function whileInProgress(judge: (o: WhileInProgress) => Verdict) {
       if (extra === undefined) return unreadable(account);
       const latency = duplicate.answer.at - duplicate.sentAt;
       const held = latency >= remaining * HELD_SHARE;
-      return judge({ key, original, duplicate, latency, remaining, held, extra, moved, account, retry });
+      const replayed = replays(counter, original, retry);
+      return judge({
+        key,
+        original,
+        duplicate,
+        latency,
+        remaining,
+        held,
+        extra,
+        moved,
+        account,
+        retry,
+        replayed,
+      });
     });
 }
 
@@ -821,12 +851,12 @@ export const RULES: readonly Rule[] = [
         'If a request bearing the same key is still executing […] the server MUST NOT begin a second execution of the tool for the duplicate request',
       needs: 'slowArguments',
       essential: true,
-      judge: whileInProgress(({ original, duplicate, extra, moved, account, retry }) => {
+      judge: whileInProgress(({ original, duplicate, extra, moved, account, retry, replayed }) => {
         if (extra !== 0)
           return fail(`the duplicate got ${describe(duplicate)}, yet ${unexpected(extra)}: ${account}`);
-        if (!same(original, retry))
+        if (!replayed)
           return fail(
-            `once the original finished, the key got ${describe(retry)}, not its result: ${difference(original, retry)}`,
+            `once the original finished, the key got ${describe(retry)}, ${notStored(original, retry)}`,
           );
         return pass(
           `one execution: the duplicate got ${describe(duplicate)}; ${moved}; the key then replays`,

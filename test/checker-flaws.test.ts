@@ -98,6 +98,21 @@ const FLAWS: FlawCase[] = [
       /^a call with a fresh key was refused: error -32602 idempotencyKey: not supported, where the same call without a key executes$/,
   },
   {
+    // Nothing executes: the replay only differs, and the message says where, not "executed".
+    flaw: 'replay-adds-meta',
+    faults: ['replay.identical', 'errors.replayed'],
+    rule: 'replay.identical',
+    observed:
+      /^the retry's answer differs from the original's at result\._meta, only in the second: \{"replayed":true\}$/,
+  },
+  {
+    flaw: 'conflict-as-tool-error',
+    faults: CONFLICTS,
+    rule: 'conflict.other-arguments',
+    observed:
+      /^answered isError "Key reused with other arguments", a result where a JSON-RPC error belongs \(counter (\d+) → \d+, the call without a key alone\)$/,
+  },
+  {
     flaw: 'strips-point-zero',
     faults: ['equivalence.number-spelling'],
     rule: 'equivalence.number-spelling',
