@@ -2,11 +2,13 @@
 // --- `mcp-idempotency-check` (`npm run check` here): point the SEP-3182 checker at your own MCP server ---
 //
 // Parses the command line, connects (stdio or Streamable HTTP, either era), runs the checks in
-// `rules.ts` and prints them as a table for people or as JSON for programs. Exit status: 0 when
-// no MUST failed, 1 when one did, 2 for a bad command line, 3 when the server could not be reached.
+// `rules.ts` and prints them as a table for people or as JSON for programs. Exit status (the
+// README's table): 0 when every rule that rests on deduplication was observed and no MUST failed,
+// 1 when one failed, 2 for a bad command line, 3 when the server could not be reached, 4 when the
+// run checked nothing that matters (those rules could not be observed, or the exchange broke).
 
 import { parseArgs } from 'node:util';
-import { type CheckResult, RULES, Run, runChecks, type Status } from './rules.js';
+import { type Report, RULES, Run, runChecks, type Status } from './rules.js';
 import {
   connect,
   isObject,
@@ -32,7 +34,10 @@ const USAGE = `Usage: mcp-idempotency-check (--command "CMD ARGSâ€¦" [--arg A]â€
   --forbidden-header "K: V"
                          the same caller's credentials that may not call --tool (authorization-at-replay check; repeatable)
   --timeout-ms N         how long to wait for any answer (default 10000)
-  --json                 print the results as JSON`;
+  --json                 print the results as JSON
+  --help                 print this, and exit 0
+Exit status: 0 passed, 1 a MUST failed, 2 a bad command line, 3 the server could not be reached,
+4 nothing certain about deduplication (the rules that rest on it could not be observed)`;
 
 class UsageError extends Error {}
 
@@ -158,7 +163,12 @@ function describeTarget(target: Target): string {
     : `HTTP: ${target.url.href}`;
 }
 
-function table(options: Options, peer: Peer, run: Run, results: CheckResult[]): string {
+/** Exit status: a MUST failed; nothing that matters could be observed (see the README). */
+const FAILED = 1;
+const UNOBSERVED = 4;
+
+function table(options: Options, peer: Peer, run: Run, report: Report): string {
+  const { results } = report;
   const out: string[] = [];
   out.push(`SEP-3182 idempotency check of ${describeTarget(options.target)}`);
   out.push(`protocol ${peer.era}; tool ${options.inputs.tool} ${JSON.stringify(options.inputs.arguments)}`);
@@ -177,12 +187,35 @@ function table(options: Options, peer: Peer, run: Run, results: CheckResult[]): 
   }
   const count = (status: Status) => results.filter((r) => r.status === status).length;
   out.push('');
+  if (report.broken) {
+    out.push(
+      `The exchange broke during ${report.broken.during}: ${report.broken.reason}; ` +
+        `${report.notRun.length} more checks not run`,
+    );
+  }
+  const why = unobservedLine(report);
+  if (why) out.push(why);
   out.push(`${run.calls} tools/call requests made (${run.keyedCalls} with an idempotencyKey)`);
   out.push(
     `${count('failed')} failed (MUST), ${count('warned')} warned (SHOULD), ${count('passed')} passed, ` +
-      `${count('not applicable')} not applicable, ${count('not checkable')} not checkable`,
+      `${count('not applicable')} not applicable, ${count('not checkable')} not checkable` +
+      (report.notRun.length ? `, ${report.notRun.length} not run` : ''),
   );
   return `${out.join('\n')}\n`;
+}
+
+/** The line that says why a run proved nothing, and what to pass; undefined if it proved something. */
+function unobservedLine({ unobserved, results, broken }: Report): string | undefined {
+  if (unobserved.length === 0) return undefined;
+  const rules = `${unobserved.length} rules that rest on it could not be observed (${unobserved.join(', ')})`;
+  if (broken)
+    return `Nothing certain about deduplication: the exchange broke during ${broken.during}, so ${rules}. The server must answer every call within --timeout-ms.`;
+  const first = results.find((r) => r.id === unobserved[0]);
+  return (
+    `Nothing certain about deduplication: ${rules}; ${first?.id}: ${first?.observed}. ` +
+    'Pass a --tool and --arguments whose call succeeds, with a key and without, and shows a counter ' +
+    'that moves at each execution (a balance, a count).'
+  );
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -191,8 +224,13 @@ async function main(argv: string[]): Promise<number> {
     options = parseCommandLine(argv);
   } catch (error) {
     const message = messageOf(error);
-    process.stderr.write(`${message ? `error: ${message}\n` : ''}${USAGE}\n`);
-    return message ? 2 : 0;
+    // --help asked for the usage: it goes to stdout; a mistake gets it on stderr, after the error.
+    if (!message) {
+      process.stdout.write(`${USAGE}\n`);
+      return 0;
+    }
+    process.stderr.write(`error: ${message}\n${USAGE}\n`);
+    return 2;
   }
   const { target, era, timeoutMs } = options;
   const peers: Peer[] = [];
@@ -211,7 +249,7 @@ async function main(argv: string[]): Promise<number> {
     const other = await as('--other-header', options.otherHeaders);
     const forbidden = await as('--forbidden-header', options.forbiddenHeaders);
     const run = new Run(peer, { ...options.inputs, other, forbidden, transport: target.kind });
-    const results = await runChecks(run);
+    const report = await runChecks(run);
     const summary = {
       target: describeTarget(target),
       era: peer.era,
@@ -219,12 +257,18 @@ async function main(argv: string[]): Promise<number> {
       tool: options.inputs.tool,
       calls: run.calls,
       keyedCalls: run.keyedCalls,
-      checks: results,
+      checks: report.results,
+      notRun: report.notRun,
+      broken: report.broken ?? null,
+      unobserved: report.unobserved,
     };
-    process.stdout.write(
-      options.json ? `${JSON.stringify(summary, null, 2)}\n` : table(options, peer, run, results),
-    );
-    return results.some((r) => r.status === 'failed') ? 1 : 0;
+    if (options.json) {
+      process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
+      const why = unobservedLine(report);
+      if (why) process.stderr.write(`${why}\n`);
+    } else process.stdout.write(table(options, peer, run, report));
+    if (report.results.some((r) => r.status === 'failed')) return FAILED;
+    return report.unobserved.length > 0 ? UNOBSERVED : 0;
   } catch (error) {
     process.stderr.write(`could not check ${describeTarget(target)}: ${messageOf(error)}\n`);
     return 3;

@@ -3,10 +3,14 @@
 // The checker (`check.ts`) runs them against any server, and the project's own tests run them
 // against the demo server (`test/support/sep-cases.ts`): one statement of each rule, two users.
 // Each rule quotes the SEP sentence it tests and takes its severity from that sentence's keyword
-// (MUST → failure, SHOULD → warning). A check watches outcomes only: it never asks the server
-// whether it deduplicated, it sees whether a result shows a new execution. So a run starts by
-// proving that two calls without a key give different results; if they do not, a replay cannot
-// be told from a re-execution, and the checks that rest on that say so instead of guessing.
+// (MUST → failure, SHOULD → warning), unless it says why not.
+//
+// A check never asks the server whether it deduplicated, and never takes an answer's word for it:
+// whether something executed is read from the tool's effect. A run starts with two calls without
+// a key, whose results must show a counter that moves by the same step at every execution (a
+// balance, a count). A scenario then ends with one more call without a key, and the counter it
+// shows says how many executions there were since the scenario's original, whatever the answers
+// in between claimed.
 
 import { randomUUID } from 'node:crypto';
 import { type Answer, isObject, type Peer } from './wire.js';
@@ -39,6 +43,13 @@ export interface CheckInputs {
 
 /** A duplicate goes this long after its original, so that the original is surely under way. */
 const DUPLICATE_DELAY_MS = 100;
+/**
+ * A duplicate answered within this share of the original's remaining run was answered at once;
+ * one that took longer was held for the original. A held duplicate takes nearly all of it (it is
+ * answered when the original ends, give or take a few ms); an answer at once takes a round trip.
+ * Three quarters leaves a busy machine room on both sides.
+ */
+const HELD_SHARE = 0.75;
 
 /** One `tools/call` as observed. `value` is its `result` or `error`: what "the same response" compares. */
 interface Call {
@@ -66,10 +77,21 @@ const fail = (observed: string): Verdict => ({ outcome: 'broken', observed });
 const na = (observed: string): Verdict => ({ outcome: 'not applicable', observed });
 const nc = (observed: string): Verdict => ({ outcome: 'not checkable', observed });
 
+/** Why the exchange with the server broke, and during which rule: the run stops there. */
+export interface Broken {
+  during: string;
+  reason: string;
+}
+
 /** What one run of the checks knows and has done. */
 export class Run {
   calls = 0;
   keyedCalls = 0;
+  /** The rule being judged, named if the exchange breaks. */
+  current = 'the calls without a key';
+  broken: Broken | undefined;
+  #last: Call | undefined;
+  #lastProbe: Call | undefined;
 
   constructor(
     readonly peer: Peer,
@@ -77,6 +99,7 @@ export class Run {
   ) {}
 
   async call({ tool = this.inputs.tool, argumentsText, key, caller = this.peer }: CallSpec): Promise<Call> {
+    if (this.broken) throw new Error(this.broken.reason);
     const args = argumentsText === undefined ? JSON.stringify(this.inputs.arguments) : argumentsText;
     const members = [`"name":${JSON.stringify(tool)}`];
     if (args !== null) members.push(`"arguments":${args}`);
@@ -84,12 +107,37 @@ export class Run {
     this.calls += 1;
     if (key !== undefined) this.keyedCalls += 1;
     const sentAt = performance.now();
-    const answer = await caller.request('tools/call', `{${members.join(',')}}`, tool);
+    let answer: Answer;
+    try {
+      answer = await caller.request('tools/call', `{${members.join(',')}}`, tool);
+    } catch (error) {
+      // A timeout, a server that exited, an HTTP failure: nothing after it can be trusted.
+      const call = `tools/call ${tool}${key === undefined ? ' without a key' : ` with key ${key}`}`;
+      this.broken ??= { during: this.current, reason: `${call}: ${messageOf(error)}` };
+      throw new Error(this.broken.reason);
+    }
     const { result, error } = answer.message;
-    if (!isObject(result)) return { answer, sentAt, kind: 'error', value: error };
-    return { answer, sentAt, kind: result.isError === true ? 'tool error' : 'success', value: result };
+    const call: Call = isObject(result)
+      ? { answer, sentAt, kind: result.isError === true ? 'tool error' : 'success', value: result }
+      : { answer, sentAt, kind: 'error', value: error };
+    this.#last = call;
+    return call;
+  }
+
+  /** A call without a key: it executes, and the counter it shows tells what ran before it. */
+  async probe(): Promise<Call> {
+    this.#lastProbe = await this.call({});
+    return this.#lastProbe;
+  }
+
+  /** The counter as it stands, if the last call made was a probe: what a new scenario starts from. */
+  standing(): Call | undefined {
+    return this.#last === this.#lastProbe ? this.#lastProbe : undefined;
   }
 }
+
+const messageOf = (error: unknown) => (error instanceof Error ? error.message : String(error));
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
 
 /** A scenario runs once per run; every check that judges it reads the same observations. */
 function scenario<T>(observe: (run: Run) => Promise<T>): (run: Run) => Promise<T> {
@@ -101,29 +149,114 @@ function scenario<T>(observe: (run: Run) => Promise<T>): (run: Run) => Promise<T
   };
 }
 
-/** Two calls without a key: do their results show each execution? */
+// --- Reading the effect: the counter a result shows ---
+
+/** A number as a result's text writes it. */
+const NUMBER = /-?\d+(?:\.\d+)?/g;
+
+/** A result's numbers, and its text with each one replaced by `#`. An error shows no counter. */
+function numbersOf(call: Call): { template: string; values: number[] } | undefined {
+  if (call.kind === 'error') return undefined;
+  const text = textOf(call);
+  return { template: text.replace(NUMBER, '#'), values: [...text.matchAll(NUMBER)].map((m) => Number(m[0])) };
+}
+
+/** Where the numbers that count executions sit in a result of one template, and their step. */
+interface Counter {
+  template: string;
+  at: number[];
+  step: number[];
+}
+
+/** The numbers that moved between two executions of the same call, and by how much each. */
+function counterOf(first: Call, second: Call): Counter | undefined {
+  const [a, b] = [numbersOf(first), numbersOf(second)];
+  if (!a || !b || a.template !== b.template) return undefined;
+  const at = a.values.flatMap((value, i) => (value === b.values[i] ? [] : [i]));
+  if (at.length === 0) return undefined;
+  return { template: a.template, at, step: at.map((i) => (b.values[i] ?? 0) - (a.values[i] ?? 0)) };
+}
+
+/** The counter's reading in `call`, as its result writes it (`7`, or `7/3` for two numbers). */
+function reading(counter: Counter, call: Call): string {
+  const values = numbersOf(call)?.values ?? [];
+  return counter.at.map((i) => values[i] ?? '?').join('/');
+}
+
+/**
+ * How many executions moved the counter from `from`'s reading to `to`'s: a whole number, the same
+ * at every position that counts, or undefined when the results do not read that way.
+ */
+function executionsBetween(counter: Counter, from: Call, to: Call): number | undefined {
+  const [a, b] = [numbersOf(from), numbersOf(to)];
+  if (a?.template !== counter.template || b?.template !== counter.template) return undefined;
+  const counts = counter.at.map((i, j) => ((b.values[i] ?? 0) - (a.values[i] ?? 0)) / (counter.step[j] ?? 1));
+  const whole = Math.round(counts[0] ?? Number.NaN);
+  return counts.every((n) => Math.abs(n - whole) < 1e-9) ? whole : undefined;
+}
+
+/**
+ * What ran between `since` (a call that executed) and `probe` (a call without a key, one
+ * execution): the executions beyond the probe's own, and the account of it, short and long.
+ */
+function afterwards(counter: Counter, since: Call, probe: Call, label = 'the original') {
+  const n = executionsBetween(counter, since, probe);
+  const [from, to] = [reading(counter, since), reading(counter, probe)];
+  return {
+    extra: n === undefined ? undefined : n - 1,
+    moved: `counter ${from} → ${to}, the call without a key alone`,
+    account: `the counter went from ${from} (${label}) to ${to} (then a call without a key, one execution)`,
+  };
+}
+
+/** What the counter says beyond the probe's own step: something executed, forwards or back. */
+function unexpected(extra: number): string {
+  const steps = `${Math.abs(extra)} step${Math.abs(extra) === 1 ? '' : 's'}`;
+  return `something executed (the counter moved ${steps} ${extra > 0 ? 'more' : 'less'} than the call without a key alone)`;
+}
+
+/** Two calls without a key: the counter every judgement of "executed" reads. */
 const baseline = scenario(async (run) => {
-  const first = await run.call({});
-  const second = await run.call({});
-  return { first, second, distinguishable: first.kind !== 'error' && !same(first, second) };
+  const first = await run.probe();
+  const second = await run.probe();
+  return { first, second, counter: counterOf(first, second) };
 });
 
-interface Pair {
-  key: string;
-  first: Call;
-  second: Call;
+/** Why the baseline proved no counter. */
+function noCounter(first: Call, second: Call): string {
+  const failed = [first, second].find((call) => call.kind === 'error');
+  if (failed) return `the call without a key failed: ${describe(failed)}`;
+  return `two calls without a key gave ${describe(first)}, then ${describe(second)}: no number in them counts executions`;
 }
 
-/** A keyed call, then the same fresh key again with `retry` (and `original` for the first, if given). */
-function keyedPair(retry: (run: Run) => CallSpec, original: (run: Run) => CallSpec = () => ({})) {
-  return scenario(async (run): Promise<Pair> => {
-    const key = randomUUID();
-    const first = await run.call({ ...original(run), key });
-    return { key, first, second: await run.call({ ...retry(run), key }) };
-  });
+/** The judgement `judge` makes with the baseline's counter, or why there is none to read. */
+async function counted(run: Run, judge: (counter: Counter) => Promise<Verdict> | Verdict): Promise<Verdict> {
+  const { first, second, counter } = await baseline(run);
+  return counter ? judge(counter) : nc(noCounter(first, second));
 }
 
-// --- Reading outcomes ---
+/**
+ * A later call under the key got the stored result: the same answer, or (if it differs elsewhere,
+ * which replay.identical judges) one whose counter stands where the original's did.
+ */
+const replays = (counter: Counter, original: Call, later: Call) =>
+  same(original, later) || (later.kind !== 'error' && executionsBetween(counter, original, later) === 0);
+
+const unreadable = (account: string) => nc(`the counter could not be read: ${account}`);
+
+/**
+ * A scenario's original must have executed since the counter's reading before it (when there is
+ * one): a fresh key that replayed an older result leaves nothing after it to judge.
+ */
+function notExecuted(counter: Counter, before: Call | undefined, original: Call): Verdict | undefined {
+  const n = before && executionsBetween(counter, before, original);
+  if (n === undefined || n > 0) return undefined;
+  return nc(
+    `the keyed original did not execute: it got ${describe(original)}, with the counter at ${reading(counter, before ?? original)} before it (new-key.executes)`,
+  );
+}
+
+// --- Reading answers ---
 
 /** Canonical JSON (keys sorted), so "the same response" means the same parsed value. */
 function canonical(value: unknown): string {
@@ -136,6 +269,50 @@ function canonical(value: unknown): string {
 }
 
 const same = (a: Call, b: Call) => a.kind === b.kind && canonical(a.value) === canonical(b.value);
+
+/** How a later answer under the key is not the stored one: which it was, or where it differs. */
+function notStored(original: Call, later: Call): string {
+  if ((original.kind === 'error') !== (later.kind === 'error')) return `not the stored ${describe(original)}`;
+  return `not the stored result (it differs at ${difference(original, later)})`;
+}
+
+/** Where two answers first differ: the member's path, and both values around the difference. */
+function difference(a: Call, b: Call): string {
+  const root = (call: Call) => (call.kind === 'error' ? 'error' : 'result');
+  if (root(a) !== root(b)) return `${describe(a)}, then ${describe(b)}`;
+  return firstDifference(a.value, b.value, root(a)) ?? `${describe(a)}, then ${describe(b)}`;
+}
+
+function firstDifference(a: unknown, b: unknown, path: string): string | undefined {
+  if (isObject(a) && isObject(b)) {
+    for (const k of [...new Set([...Object.keys(a), ...Object.keys(b)])].sort()) {
+      const at = `${path}.${k}`;
+      if (!(k in a)) return `${at}, only in the second: ${excerpt(canonical(b[k]), 0)}`;
+      if (!(k in b)) return `${at}, only in the first: ${excerpt(canonical(a[k]), 0)}`;
+      const found = firstDifference(a[k], b[k], at);
+      if (found) return found;
+    }
+    return undefined;
+  }
+  if (Array.isArray(a) && Array.isArray(b) && a.length === b.length) {
+    for (const [i, item] of a.entries()) {
+      const found = firstDifference(item, b[i], `${path}[${i}]`);
+      if (found) return found;
+    }
+    return undefined;
+  }
+  const [x, y] = [canonical(a), canonical(b)];
+  if (x === y) return undefined;
+  let i = 0;
+  while (x[i] === y[i]) i++;
+  return `${path}, character ${i + 1}: ${excerpt(x, i)}, then ${excerpt(y, i)}`;
+}
+
+/** Up to 40 characters of `text` from a little before `i`, marked where they are cut. */
+function excerpt(text: string, i: number): string {
+  const from = Math.max(0, i - 10);
+  return `${from > 0 ? '…' : ''}${text.slice(from, from + 40)}${from + 40 < text.length ? '…' : ''}`;
+}
 
 function errorData(call: Call): { type?: unknown; idempotencyKey?: unknown } {
   const data = isObject(call.value) ? call.value.data : undefined;
@@ -185,7 +362,7 @@ function describe(call: Call): string {
   return call.kind === 'tool error' ? `isError "${short}"` : `"${short}"`;
 }
 
-const ms = (from: number, to: number) => `${Math.round(to - from)} ms`;
+const ms = (duration: number) => `${Math.round(duration)} ms`;
 
 // --- Writing arguments the way a check needs them, byte for byte ---
 
@@ -215,16 +392,58 @@ function* walk(value: unknown): Generator<unknown> {
 
 const some = (args: Args, test: (value: unknown) => boolean) => [...walk(args)].some(test);
 
-/** Another spelling of the same number: `1` → `1.0`, `1.5` → `1.50`, `1e+21` → `1E+21`. */
-function respell(n: number): string {
+/**
+ * Three other spellings of the same number, each a retry of its own: `1` → `1.0`, `1e0`, `1.00`;
+ * `1.5` → `1.50`, `1.5e0`, `1.500`; `1e+21` → `1E+21`, `1.0e+21`, `1e+021`. A server that
+ * normalises one spelling by hand (stripping `.0`) still tells the others apart.
+ */
+function respellings(n: number): [string, string, string] {
   const text = JSON.stringify(n);
-  if (text.includes('e')) return text.replace('e', 'E');
-  return text.includes('.') ? `${text}0` : `${text}.0`;
+  const [mantissa = text, exponent] = text.split('e');
+  const point = mantissa.includes('.') ? mantissa : `${mantissa}.`;
+  if (exponent !== undefined)
+    return [
+      `${mantissa}E${exponent}`,
+      `${point}0e${exponent}`,
+      `${mantissa}e${exponent.replace(/^([+-]?)/, '$10')}`,
+    ];
+  return [`${point}0`, `${text}e0`, `${point}00`];
 }
 
-/** Every UTF-16 unit as a `\uXXXX` escape: the same string once parsed. */
-const escapeAll = (s: string) =>
-  `"${Array.from({ length: s.length }, (_, i) => `\\u${s.charCodeAt(i).toString(16).padStart(4, '0')}`).join('')}"`;
+/**
+ * Other escapings of the same string, each a retry of its own: every UTF-16 unit as `\uXXXX`;
+ * only the non-ASCII ones (`caf\u00e9` against `café`); those in upper-case hex.
+ */
+const ESCAPINGS = [
+  (s: string) =>
+    escaped(
+      s,
+      () => true,
+      (hex) => hex,
+    ),
+  (s: string) =>
+    escaped(
+      s,
+      (unit) => unit > 0x7e,
+      (hex) => hex,
+    ),
+  (s: string) =>
+    escaped(
+      s,
+      (unit) => unit > 0x7e,
+      (hex) => hex.toUpperCase(),
+    ),
+];
+
+function escaped(s: string, which: (unit: number) => boolean, hexCase: (hex: string) => string): string {
+  const units = Array.from({ length: s.length }, (_, i) => {
+    const unit = s.charCodeAt(i);
+    return which(unit)
+      ? `\\u${hexCase(unit.toString(16).padStart(4, '0'))}`
+      : JSON.stringify(s.charAt(i)).slice(1, -1);
+  });
+  return `"${units.join('')}"`;
+}
 
 /** The other Unicode normalisation form, where it differs: a distinct string once parsed. */
 const renormalise = (s: string) => (s.normalize('NFD') !== s ? s.normalize('NFD') : s.normalize('NFC'));
@@ -246,41 +465,165 @@ function otherArguments(args: Args): Args | undefined {
 
 // --- What the checks share: the scenarios and how each is judged ---
 
-const unjudgeable =
-  'the two calls without a key gave the same result: a replay cannot be told from a re-execution';
+/** Two fresh keys in a row, right after the calls without a key: each must execute once. */
+const freshKeys = scenario(async (run) => {
+  const first = await run.call({ key: randomUUID() });
+  return { first, second: await run.call({ key: randomUUID() }) };
+});
 
-/** An equivalent retry must get the stored result: neither a new execution nor a rejection. */
-function equivalent(spell: (args: Args) => string | null) {
-  const pair = keyedPair((run) => ({ argumentsText: spell(run.inputs.arguments) }));
-  return async (run: Run): Promise<Verdict> => {
-    const { distinguishable } = await baseline(run);
-    const { first, second } = await pair(run);
-    if (first.kind === 'error') return nc(`the keyed original failed: ${describe(first)}`);
-    const sent = spell(run.inputs.arguments) ?? 'no arguments member';
-    if (same(first, second))
-      return distinguishable ? pass(`retry with ${sent} replayed ${describe(first)}`) : nc(unjudgeable);
-    const what = second.kind === 'error' ? 'rejected it' : 'executed it again';
-    return fail(`retry with ${sent}: ${what}, ${describe(second)} (original ${describe(first)})`);
-  };
+interface Retried {
+  key: string;
+  original: Call;
+  retries: Call[];
+  /** Absent when the original failed: there was nothing to retry. */
+  probe?: Call;
+  /** The counter just before the original, when the last call before it was a probe. */
+  before?: Call;
 }
 
-/** A retry with the same key and a different request must be rejected: neither executed nor replayed. */
-async function conflict(run: Run, pair: (run: Run) => Promise<Pair>): Promise<Verdict> {
-  const { first, second } = await pair(run);
-  if (first.kind === 'error') return nc(`the keyed original failed: ${describe(first)}`);
-  if (second.kind === 'error') return pass(`rejected: ${describe(second)}`);
-  const what = same(first, second) ? 'returned the stored result' : 'executed it';
-  return fail(`${what}: ${describe(second)} (original ${describe(first)})`);
+/** A keyed call, the same key again with each of `retries`, then a call without a key. */
+function keyed(retries: (run: Run) => CallSpec[], original: (run: Run) => CallSpec = () => ({})) {
+  return scenario(async (run): Promise<Retried> => {
+    const key = randomUUID();
+    const before = run.standing();
+    const first = await run.call({ ...original(run), key });
+    if (first.kind === 'error') return { key, original: first, retries: [] };
+    const answers: Call[] = [];
+    for (const retry of retries(run)) answers.push(await run.call({ ...retry, key }));
+    return { key, original: first, retries: answers, probe: await run.probe(), before };
+  });
 }
 
-const conflictArguments = keyedPair((run) => ({
+const replay = keyed(() => [{}]);
+
+/** Each way of writing the arguments again, or none left once the same as the original's bytes. */
+function spellingsOf(run: Run, spell: (args: Args) => (string | null)[]): (string | null)[] {
+  const plain = JSON.stringify(run.inputs.arguments);
+  return [...new Set(spell(run.inputs.arguments))].filter((text) => text !== plain);
+}
+
+/**
+ * Equivalent retries (the same arguments written another way) must each get the stored result,
+ * neither a rejection nor another answer, and the counter must show that none of them executed.
+ */
+function equivalent(spell: (args: Args) => (string | null)[]) {
+  const observe = keyed((run) => spellingsOf(run, spell).map((argumentsText) => ({ argumentsText })));
+  return (run: Run) =>
+    counted(run, async (counter) => {
+      const { original, retries, probe, before } = await observe(run);
+      if (!probe) return nc(`the keyed original failed: ${describe(original)}`);
+      const stale = notExecuted(counter, before, original);
+      if (stale) return stale;
+      const { extra, moved, account } = afterwards(counter, original, probe);
+      if (extra === undefined) return unreadable(account);
+      const sent = spellingsOf(run, spell).map((text) => text ?? 'no arguments member');
+      const ran = extra === 0 ? '' : `; ${unexpected(extra)}: ${account}`;
+      // Treated as equivalent means replayed: neither rejected nor executed. An answer that is not
+      // byte for byte the stored one, with nothing executed, is replay.identical's concern.
+      const wrong = retries.findIndex(
+        (retry) => retry.kind === 'error' || (extra > 0 && !same(original, retry)),
+      );
+      const retry = retries[wrong];
+      if (retry) {
+        const how =
+          retry.kind === 'error'
+            ? `rejected it, ${describe(retry)}`
+            : `executed it again, ${describe(retry)}`;
+        const others = retries.length > 1 ? ` (${retries.length} spellings tried)` : '';
+        return fail(`retry with ${sent[wrong]}: ${how}; original ${describe(original)}${others}${ran}`);
+      }
+      if (extra !== 0)
+        return fail(`the retries got the stored ${describe(original)}, yet ${unexpected(extra)}: ${account}`);
+      return pass(
+        `${sent.length > 1 ? 'retries with' : 'retry with'} ${sent.join(', ')} replayed ${describe(original)}; ${moved}`,
+      );
+    });
+}
+
+interface Conflicted {
+  key: string;
+  original: Call;
+  rejected?: Call;
+  probe?: Call;
+  /** The original request under the key once more, after the conflict. */
+  again?: Call;
+  before?: Call;
+}
+
+/**
+ * A keyed call, the same key with a different request, a call without a key to read the counter,
+ * and the original request under the key again: it must still replay the original.
+ */
+function conflicting(retry: (run: Run) => CallSpec) {
+  return scenario(async (run): Promise<Conflicted> => {
+    const key = randomUUID();
+    const before = run.standing();
+    const original = await run.call({ key });
+    if (original.kind === 'error') return { key, original };
+    const rejected = await run.call({ ...retry(run), key });
+    const probe = await run.probe();
+    const again = await run.call({ key });
+    await run.probe(); // the counter as it stands, for the scenario after this one
+    return { key, original, rejected, probe, again, before };
+  });
+}
+
+/** A different request under a used key must be rejected: neither executed nor replayed, the record kept. */
+function conflict(observe: (run: Run) => Promise<Conflicted>) {
+  return (run: Run) =>
+    counted(run, async (counter) => {
+      const { original, rejected, probe, again, before } = await observe(run);
+      if (!rejected || !probe || !again) return nc(`the keyed original failed: ${describe(original)}`);
+      const stale = notExecuted(counter, before, original);
+      if (stale) return stale;
+      const { extra, moved, account } = afterwards(counter, original, probe);
+      if (extra === undefined) return unreadable(account);
+      const ran = extra === 0 ? '' : `; ${unexpected(extra)}: ${account}`;
+      if (rejected.kind !== 'error') {
+        if (same(original, rejected)) return fail(`returned the stored result: ${describe(rejected)}${ran}`);
+        if (extra > 0) return fail(`executed it: ${describe(rejected)}${ran}`);
+        return fail(`answered ${describe(rejected)}, a result where a JSON-RPC error belongs (${moved})`);
+      }
+      if (extra !== 0)
+        return fail(`rejected it (${describe(rejected)}), yet ${unexpected(extra)}: ${account}`);
+      if (!replays(counter, original, again))
+        return fail(
+          `rejected it (${describe(rejected)}), but then the original request under the key got ${describe(again)}, ${notStored(original, again)}: the conflict changed the record`,
+        );
+      return pass(`rejected: ${describe(rejected)}; ${moved}; the original request still replays`);
+    });
+}
+
+const conflictArguments = conflicting((run) => ({
   argumentsText: JSON.stringify(otherArguments(run.inputs.arguments)),
 }));
-const conflictTool = keyedPair((run) => ({ tool: run.inputs.otherTool }));
-const replay = keyedPair(() => ({}));
+const conflictTool = conflicting((run) => ({ tool: run.inputs.otherTool }));
+const renormalised = conflicting((run) => ({
+  argumentsText: write(run.inputs.arguments, { string: (s) => JSON.stringify(renormalise(s)) }),
+}));
+
 const errorCall = (run: Run) => ({ argumentsText: JSON.stringify(run.inputs.errorArguments) });
-const errorReplay = keyedPair(errorCall, errorCall);
-const otherCaller = keyedPair((run) => ({ caller: run.inputs.other }));
+
+/** A keyed call that fails, the same key again, then two unkeyed failures: their own counter. */
+const errorReplay = scenario(async (run) => {
+  const key = randomUUID();
+  const first = await run.call({ ...errorCall(run), key });
+  if (first.kind === 'success') return { first };
+  const second = await run.call({ ...errorCall(run), key });
+  const unkeyed = [await run.call(errorCall(run)), await run.call(errorCall(run))] as const;
+  await run.probe(); // the counter as it stands, for the scenario after this one
+  return { first, second, unkeyed };
+});
+
+/** The first caller's keyed call, the other caller's fresh key, then the other caller with the first's key. */
+const otherCaller = scenario(async (run) => {
+  const caller = run.inputs.other;
+  const key = randomUUID();
+  const first = await run.call({ key });
+  if (first.kind === 'error') return { first };
+  const fresh = await run.call({ key: randomUUID(), caller });
+  return { first, fresh, second: await run.call({ key, caller }) };
+});
 
 /**
  * Refused as the SEP's authorization check would refuse it: by HTTP auth, or by a JSON-RPC error
@@ -311,36 +654,97 @@ function carries(call: Call, stored: Call): boolean {
   return [call.answer.text, canonical(call.value)].some((text) => text.includes(needle));
 }
 
-/** A slow keyed call, and the same key again while it runs. */
-const inProgress = scenario(async (run) => {
-  const key = randomUUID();
-  const argumentsText = JSON.stringify(run.inputs.slowArguments);
-  const original = run.call({ argumentsText, key });
-  let finished = false;
-  original.then(() => (finished = true)).catch(() => {});
-  await new Promise((resolve) => setTimeout(resolve, DUPLICATE_DELAY_MS));
-  const tooFast = finished;
-  const duplicate = run.call({ argumentsText, key });
-  return { key, tooFast, original: await original, duplicate: await duplicate };
-});
-
-function whileInProgress(judge: (o: { key: string; original: Call; duplicate: Call }) => Verdict) {
-  return async (run: Run): Promise<Verdict> => {
-    const observed = await inProgress(run);
-    if (observed.tooFast)
-      return nc(`the original finished within ${DUPLICATE_DELAY_MS} ms, before its duplicate`);
-    return judge(observed);
-  };
+interface InProgress {
+  key: string;
+  original: Call;
+  /** Absent when the original finished before its duplicate was due. */
+  duplicate?: Call;
+  probe?: Call;
+  /** The same key once more, after the original finished: it must replay the original. */
+  retry?: Call;
 }
 
-// Each spelling of an equivalent retry is its own keyed pair, made once per run.
-const reorderedKeys = equivalent((args) => write(args, { reverseKeys: true }));
-const respelledNumbers = equivalent((args) => write(args, { number: respell }));
-const escapedStrings = equivalent((args) => write(args, { string: escapeAll }));
-const absentArguments = equivalent(() => null);
-const renormalised = keyedPair((run) => ({
-  argumentsText: write(run.inputs.arguments, { string: (s) => JSON.stringify(renormalise(s)) }),
-}));
+/**
+ * A slow keyed call, the same key again while it runs, then (once a duplicate run in the
+ * background would have finished too) a call without a key to read the counter, and the key once
+ * more. Both calls are awaited together, so a server that dies under one is reported, not thrown.
+ */
+const inProgress = scenario(async (run): Promise<InProgress> => {
+  const key = randomUUID();
+  const spec = { argumentsText: JSON.stringify(run.inputs.slowArguments), key };
+  const pending = run.call(spec);
+  const done = await Promise.race([
+    pending.then(
+      () => true,
+      () => true,
+    ),
+    sleep(DUPLICATE_DELAY_MS).then(() => false),
+  ]);
+  if (done) return { key, original: await pending };
+  const [original, duplicate] = await Promise.all([pending, run.call(spec)]);
+  if (original.kind === 'error') return { key, original, duplicate };
+  // A duplicate that runs in the background starts when it arrives and takes as long as the original.
+  // (With a margin of one duplicate delay, for a busy machine.)
+  await sleep(
+    duplicate.sentAt + (original.answer.at - original.sentAt) + DUPLICATE_DELAY_MS - performance.now(),
+  );
+  const probe = await run.probe();
+  const retry = await run.call(spec);
+  await run.probe(); // the counter as it stands, for the scenario after this one
+  return { key, original, duplicate, probe, retry };
+});
+
+interface WhileInProgress {
+  key: string;
+  original: Call;
+  duplicate: Call;
+  /** How long the duplicate took, and how long the original still ran once it was sent. */
+  latency: number;
+  remaining: number;
+  held: boolean;
+  extra: number;
+  moved: string;
+  account: string;
+  retry: Call;
+  /** Whether `retry`, once the original finished, got the stored result. */
+  replayed: boolean;
+}
+
+function whileInProgress(judge: (o: WhileInProgress) => Verdict) {
+  return (run: Run) =>
+    counted(run, async (counter) => {
+      const { key, original, duplicate, probe, retry } = await inProgress(run);
+      if (original.kind === 'error') return nc(`the slow keyed original failed: ${describe(original)}`);
+      if (!duplicate)
+        return nc(
+          `the original finished within ${DUPLICATE_DELAY_MS} ms, before its duplicate: pass slower --slow-arguments`,
+        );
+      if (!probe || !retry) return nc(`the slow keyed original failed: ${describe(original)}`);
+      const remaining = original.answer.at - duplicate.sentAt;
+      if (remaining < DUPLICATE_DELAY_MS)
+        return nc(
+          `the original finished ${ms(remaining)} after its duplicate was sent: too soon to tell an answer at once from a held one; pass slower --slow-arguments`,
+        );
+      const { extra, moved, account } = afterwards(counter, original, probe, 'the slow original');
+      if (extra === undefined) return unreadable(account);
+      const latency = duplicate.answer.at - duplicate.sentAt;
+      const held = latency >= remaining * HELD_SHARE;
+      const replayed = replays(counter, original, retry);
+      return judge({
+        key,
+        original,
+        duplicate,
+        latency,
+        remaining,
+        held,
+        extra,
+        moved,
+        account,
+        retry,
+        replayed,
+      });
+    });
+}
 
 // --- The rules, grouped and ordered as the SEP is ---
 
@@ -361,7 +765,15 @@ const NEEDS: Record<Need, (transport: CheckInputs['transport']) => string> = {
 };
 
 type Judged =
-  | { judge: (run: Run) => Promise<Verdict>; needs?: Need }
+  | {
+      judge: (run: Run) => Promise<Verdict>;
+      needs?: Need;
+      /**
+       * The rule rests on deduplication and every run can observe it: a run in which it could not
+       * be observed (calls failed, no counter, the server died) checked nothing that matters.
+       */
+      essential?: true;
+    }
   /** Why no client can observe it: such a rule is listed, never judged. */
   | { notCheckable: string };
 
@@ -396,29 +808,74 @@ export const RULES: readonly Rule[] = [
       },
     },
   ]),
+  ...section('Request format', [
+    {
+      id: 'new-key.executes',
+      sentence:
+        'it does not mandate that the key be globally unique — only that a server treat repetition of the same key, within its retention window, as a signal to deduplicate rather than re-execute.',
+      // No keyword, but a key never seen is no repetition: deduplicating it (by arguments, say)
+      // drops a call the client meant as new, which no rule of the SEP allows.
+      severity: 'failure',
+      essential: true,
+      judge: (run) =>
+        counted(run, async (counter) => {
+          const { second: before } = await baseline(run);
+          const { first, second } = await freshKeys(run);
+          let prior = before;
+          for (const call of [first, second]) {
+            if (call.kind === 'error')
+              return fail(
+                `a call with a fresh key was refused: ${describe(call)}, where the same call without a key executes`,
+              );
+            const n = executionsBetween(counter, prior, call);
+            if (n === undefined) return unreadable(`${describe(prior)}, then ${describe(call)}`);
+            if (n === 0)
+              return fail(
+                `a call with a fresh key got ${describe(call)}, and the counter stayed at ${reading(counter, call)}: an earlier result was replayed, nothing executed`,
+              );
+            if (n !== 1)
+              return fail(
+                `one call with a fresh key moved the counter by ${n} executions: ${reading(counter, prior)} → ${reading(counter, call)}`,
+              );
+            prior = call;
+          }
+          const counts = [before, first, second].map((call) => reading(counter, call)).join(' → ');
+          return pass(`two fresh keys executed once each: counter ${counts}`);
+        }),
+    },
+  ]),
   ...section('Server behavior on a repeated key', [
     {
       id: 'in-progress.not-executed',
       sentence:
         'If a request bearing the same key is still executing […] the server MUST NOT begin a second execution of the tool for the duplicate request',
       needs: 'slowArguments',
-      judge: whileInProgress(({ original, duplicate }) =>
-        original.kind !== 'error' && duplicate.kind !== 'error' && !same(original, duplicate)
-          ? fail(`both executed: ${describe(original)}, then ${describe(duplicate)}`)
-          : pass(`one execution; the duplicate got ${describe(duplicate)}`),
-      ),
+      essential: true,
+      judge: whileInProgress(({ original, duplicate, extra, moved, account, retry, replayed }) => {
+        if (extra !== 0)
+          return fail(`the duplicate got ${describe(duplicate)}, yet ${unexpected(extra)}: ${account}`);
+        if (!replayed)
+          return fail(
+            `once the original finished, the key got ${describe(retry)}, ${notStored(original, retry)}`,
+          );
+        return pass(
+          `one execution: the duplicate got ${describe(duplicate)}; ${moved}; the key then replays`,
+        );
+      }),
     },
     {
       id: 'in-progress.not-blocked',
       sentence: 'and MUST NOT block the duplicate request indefinitely waiting for the original to finish.',
       needs: 'slowArguments',
-      judge: whileInProgress(({ original, duplicate }) => {
-        const took = `answered after ${ms(duplicate.sentAt, duplicate.answer.at)}`;
-        const ran = ms(original.sentAt, original.answer.at);
-        if (duplicate.answer.at < original.answer.at) return pass(`${took}, while the original ran (${ran})`);
-        if (duplicate.kind !== 'error' && !same(original, duplicate))
-          return pass(`${took}: it ran on its own`);
-        return fail(`${took}, only once the original had finished (${ran}): it waited for it`);
+      judge: whileInProgress(({ original, duplicate, latency, remaining, held, extra }) => {
+        const took = `answered after ${ms(latency)}`;
+        if (!held) return pass(`${took}, while the original ran ${ms(remaining)} more`);
+        // A duplicate that executed took its own run's time; in-progress.not-executed reports it.
+        if (extra > 0 && duplicate.kind !== 'error' && !same(original, duplicate))
+          return pass(`${took}: it executed on its own (in-progress.not-executed), nothing held it`);
+        return fail(
+          `${took}, of the ${ms(remaining)} the original still ran: held for it, where an answer at once was due`,
+        );
       }),
     },
     {
@@ -426,39 +883,49 @@ export const RULES: readonly Rule[] = [
       sentence:
         'the server SHOULD reject the duplicate immediately with an error indicating a request with this key is already in progress […] servers SHOULD populate `error.data` with a structured value identifying this specific failure mode (for example `{"type": "idempotency_key_in_progress", "idempotencyKey": "<the key>"}`)',
       needs: 'slowArguments',
-      judge: whileInProgress(({ key, original, duplicate }) => {
+      judge: whileInProgress(({ key, duplicate, latency, remaining, held }) => {
         const { type, idempotencyKey } = errorData(duplicate);
-        const immediate = duplicate.answer.at < original.answer.at;
-        const observed = `the duplicate got ${describe(duplicate)}${immediate ? '' : ' after the original'}`;
-        const holds = immediate && type === SEP_ERROR.inProgress && idempotencyKey === key;
-        return holds ? pass(observed) : fail(observed);
+        const when = held ? `, after ${ms(latency)} of the original's ${ms(remaining)}` : '';
+        const observed = `the duplicate got ${describe(duplicate)}${when}`;
+        return !held && type === SEP_ERROR.inProgress && idempotencyKey === key
+          ? pass(observed)
+          : fail(observed);
       }),
     },
     {
       id: 'replay.not-executed',
       sentence:
         "If the new request's arguments are equivalent to the arguments of a completed original call […], the server MUST NOT execute the tool again.",
-      judge: async (run) => {
-        const { distinguishable } = await baseline(run);
-        const { first, second } = await replay(run);
-        if (first.kind === 'error') return nc(`the keyed call failed: ${describe(first)}`);
-        if (same(first, second))
-          return distinguishable ? pass(`the retry got ${describe(second)}`) : nc(unjudgeable);
-        if (second.kind === 'error') return pass(`not executed: ${describe(second)}`);
-        return fail(`executed again: ${describe(first)}, then ${describe(second)}`);
-      },
+      essential: true,
+      judge: (run) =>
+        counted(run, async (counter) => {
+          const { original, retries, probe, before } = await replay(run);
+          const [retry] = retries;
+          if (!probe || !retry) return nc(`the keyed call failed: ${describe(original)}`);
+          const stale = notExecuted(counter, before, original);
+          if (stale) return stale;
+          const { extra, moved, account } = afterwards(counter, original, probe);
+          if (extra === undefined) return unreadable(account);
+          const stored = same(original, retry) ? ', the stored answer' : '';
+          if (extra !== 0)
+            return fail(`the retry got ${describe(retry)}${stored}, yet ${unexpected(extra)}: ${account}`);
+          return pass(`the retry got ${describe(retry)}; ${moved}`);
+        }),
     },
     {
       id: 'replay.identical',
       sentence:
         'It MUST return the previously produced result — whether that result was a successful response or an error response',
+      essential: true,
       judge: async (run) => {
-        const { first, second } = await replay(run);
-        if (first.kind === 'error') return nc(`the keyed call failed: ${describe(first)}`);
-        if (!same(first, second)) return fail(`original ${describe(first)}, retry ${describe(second)}`);
+        const { original, retries } = await replay(run);
+        const [retry] = retries;
+        if (!retry) return nc(`the keyed call failed: ${describe(original)}`);
+        if (!same(original, retry))
+          return fail(`the retry's answer differs from the original's at ${difference(original, retry)}`);
         const bytes = (call: Call) => call.answer.text.replace(/"id":\d+/, '');
         return pass(
-          `${describe(second)}, ${bytes(first) === bytes(second) ? 'byte for byte but the id' : 'the same value'}`,
+          `${describe(retry)}, ${bytes(original) === bytes(retry) ? 'byte for byte but the id' : 'the same value'}`,
         );
       },
     },
@@ -468,13 +935,23 @@ export const RULES: readonly Rule[] = [
         'It MUST return the previously produced result — whether that result was a successful response or an error response — unless that result has since expired',
       needs: 'errorArguments',
       judge: async (run) => {
-        const { first, second } = await errorReplay(run);
-        if (first.kind === 'success') return nc(`--error-arguments did not fail: ${describe(first)}`);
-        if (!same(first, second)) return fail(`ran again: ${describe(first)}, then ${describe(second)}`);
-        // Only now are two unkeyed failures worth their calls: does each show its execution?
-        const [a, b] = [await run.call(errorCall(run)), await run.call(errorCall(run))];
-        if (same(a, b))
+        const { first, second, unkeyed } = await errorReplay(run);
+        if (!second || !unkeyed) return nc(`--error-arguments did not fail: ${describe(first)}`);
+        // Failures count their own executions (a decline number), or none can be told apart.
+        const [a, b] = unkeyed;
+        const counter = counterOf(a, b);
+        if (!counter)
           return nc(`failures without a key are alike (${describe(a)}): replay looks like re-execution`);
+        const { extra, account } = afterwards(counter, first, a, 'the keyed failure');
+        if (extra === undefined) return unreadable(account);
+        const ran = extra === 0 ? '' : `; ${unexpected(extra)}: ${account}`;
+        if (!same(first, second))
+          return fail(
+            extra > 0
+              ? `ran again: ${describe(first)}, then ${describe(second)}${ran}`
+              : `the retry got another answer, at ${difference(first, second)}`,
+          );
+        if (extra !== 0) return fail(`the stored failure came back, yet ${unexpected(extra)}: ${account}`);
         return pass(`the stored failure was replayed: ${describe(second)}`);
       },
     },
@@ -482,9 +959,10 @@ export const RULES: readonly Rule[] = [
       id: 'conflict.other-arguments',
       sentence:
         "If the new request's arguments differ from the arguments of the original call, the server MUST reject the request […]. The server MUST NOT execute the tool with the new arguments, and MUST NOT silently return the cached result from the original, differently-parameterized call.",
+      essential: true,
       judge: async (run) =>
         otherArguments(run.inputs.arguments)
-          ? conflict(run, conflictArguments)
+          ? conflict(conflictArguments)(run)
           : na('the arguments have no number, string or boolean to change'),
     },
     {
@@ -494,28 +972,29 @@ export const RULES: readonly Rule[] = [
       // The consequence is the conflict rule's MUST: another tool is another request.
       severity: 'failure',
       needs: 'otherTool',
-      judge: (run) => conflict(run, conflictTool),
+      judge: conflict(conflictTool),
     },
     {
       id: 'conflict.data',
       sentence:
         'servers SHOULD populate the standard JSON-RPC `error.data` field […] with a structured value identifying the failure as an idempotency key conflict, for example `{"type": "idempotency_key_conflict", "idempotencyKey": "<the key>"}`.',
       judge: async (run) => {
-        const pairs: Pair[] = [];
-        if (otherArguments(run.inputs.arguments)) pairs.push(await conflictArguments(run));
-        if (run.inputs.otherTool) pairs.push(await conflictTool(run));
-        const rejected = pairs.filter((p) => p.first.kind !== 'error' && p.second.kind === 'error');
-        if (rejected.length === 0)
-          return pairs.length ? nc('there was no rejection to inspect') : na('no conflict to provoke');
-        const wrong = rejected.filter(({ key, second }) => {
-          const { type, idempotencyKey } = errorData(second);
+        const observed: Conflicted[] = [];
+        if (otherArguments(run.inputs.arguments)) observed.push(await conflictArguments(run));
+        if (run.inputs.otherTool) observed.push(await conflictTool(run));
+        const rejections = observed.flatMap(({ key, rejected }) =>
+          rejected?.kind === 'error' ? [{ key, rejected }] : [],
+        );
+        if (rejections.length === 0)
+          return observed.length ? nc('there was no rejection to inspect') : na('no conflict to provoke');
+        const wrong = rejections.filter(({ key, rejected }) => {
+          const { type, idempotencyKey } = errorData(rejected);
           return type !== SEP_ERROR.conflict || idempotencyKey !== key;
         });
-        const shown = [...new Set((wrong.length ? wrong : rejected).map((p) => describe(p.second)))];
-        const observed = shown.join('; ');
+        const shown = [...new Set((wrong.length ? wrong : rejections).map((r) => describe(r.rejected)))];
         return wrong.length
-          ? fail(`${wrong.length} of ${rejected.length} rejections: ${observed}`)
-          : pass(observed);
+          ? fail(`${wrong.length} of ${rejections.length} rejections: ${shown.join('; ')}`)
+          : pass(shown.join('; '));
       },
     },
   ]),
@@ -524,6 +1003,7 @@ export const RULES: readonly Rule[] = [
       id: 'equivalence.key-order',
       sentence:
         '`{"a": 1, "b": 2}` and `{"b": 2, "a": 1}` MUST be treated as equivalent despite differing key order',
+      essential: true,
       judge: async (run) =>
         some(run.inputs.arguments, (v) => isObject(v) && Object.keys(v).length > 1)
           ? reorderedKeys(run)
@@ -533,12 +1013,14 @@ export const RULES: readonly Rule[] = [
       id: 'equivalence.whitespace',
       sentence:
         'servers MUST NOT treat two requests as different solely because of differences in whitespace, key ordering, or other serialization detail that does not change the parsed value.',
-      judge: equivalent((args) => write(args, { spaced: true })),
+      essential: true,
+      judge: equivalent((args) => [write(args, { spaced: true })]),
     },
     {
       id: 'equivalence.number-spelling',
       sentence:
         'numeric values representing the same mathematical value MUST compare equal — `1` and `1.0` MUST be treated as the same value.',
+      essential: true,
       judge: async (run) =>
         some(run.inputs.arguments, (v) => typeof v === 'number')
           ? respelledNumbers(run)
@@ -548,6 +1030,7 @@ export const RULES: readonly Rule[] = [
       id: 'equivalence.string-escapes',
       sentence:
         'two differently-escaped encodings of the same string (for example, a literal character versus its `\\uXXXX` escape) MUST be treated as equivalent, since both parse to the same value.',
+      essential: true,
       judge: async (run) =>
         some(run.inputs.arguments, (v) => typeof v === 'string')
           ? escapedStrings(run)
@@ -573,7 +1056,7 @@ export const RULES: readonly Rule[] = [
       severity: 'failure',
       judge: async (run) =>
         some(run.inputs.arguments, (v) => typeof v === 'string' && renormalise(v) !== v)
-          ? conflict(run, renormalised)
+          ? conflict(renormalised)(run)
           : na('the arguments have no string whose NFC and NFD forms differ (such as "café")'),
     },
     {
@@ -621,11 +1104,11 @@ export const RULES: readonly Rule[] = [
       // A MAY for the client is a promise by the server: calls without a key all execute.
       severity: 'failure',
       judge: async (run) => {
-        const { first, second, distinguishable } = await baseline(run);
+        const { first, second, counter } = await baseline(run);
         if (first.kind === 'error') return nc(`the call failed: ${describe(first)}`);
-        if (distinguishable) return pass(`${describe(first)}, then ${describe(second)}`);
+        if (counter) return pass(`${describe(first)}, then ${describe(second)}`);
         return nc(
-          `both gave ${describe(first)}: pick a --tool whose result shows each execution (a balance, a counter)`,
+          `${noCounter(first, second)}: pick a --tool whose result shows each execution (a balance, a counter)`,
         );
       },
     },
@@ -636,67 +1119,74 @@ export const RULES: readonly Rule[] = [
       sentence:
         'Servers MUST scope their idempotency records to whatever authorization boundary already governs access to the underlying tool call […] so that a key is only ever matched against a prior request from the same authorized caller.',
       needs: 'other',
-      judge: async (run) => {
-        const { distinguishable } = await baseline(run);
-        const { first, second } = await otherCaller(run);
-        const { type } = errorData(second);
-        if (first.kind === 'error') return nc(`the first caller's call failed: ${describe(first)}`);
-        if (type === SEP_ERROR.conflict || type === SEP_ERROR.inProgress) {
-          return fail(`matched against the first caller's record: ${describe(second)}`);
-        }
-        if (second.kind === 'error') return nc(`the other caller's call failed: ${describe(second)}`);
-        if (!same(first, second)) return pass(`the other caller's call executed: ${describe(second)}`);
-        return distinguishable
-          ? fail(`the other caller got the first caller's result: ${describe(second)}`)
-          : nc(unjudgeable);
-      },
+      judge: (run) =>
+        counted(run, async (counter) => {
+          const { first, fresh, second } = await otherCaller(run);
+          if (!fresh || !second) return nc(`the first caller's call failed: ${describe(first)}`);
+          if (fresh.kind === 'error')
+            return nc(
+              `the other caller's call with a fresh key failed (may it call the tool?): ${describe(fresh)}`,
+            );
+          const { type } = errorData(second);
+          if (type === SEP_ERROR.conflict || type === SEP_ERROR.inProgress)
+            return fail(`matched against the first caller's record: ${describe(second)}`);
+          if (second.kind === 'error')
+            return fail(
+              `the other caller's first use of the key was refused: ${describe(second)}, though its call with a fresh key executed`,
+            );
+          if (same(first, second))
+            return fail(`the other caller got the first caller's result: ${describe(second)}`);
+          const n = executionsBetween(counter, fresh, second);
+          if (n === undefined) return unreadable(`${describe(fresh)}, then ${describe(second)}`);
+          if (n !== 1)
+            return fail(
+              `the other caller's call with the key moved its counter by ${n} executions: ${reading(counter, fresh)} → ${reading(counter, second)}`,
+            );
+          return pass(`the other caller's call executed: ${describe(second)}`);
+        }),
     },
     {
       id: 'authorization.at-replay',
       sentence:
         'A replayed response MUST still be subject to whatever authorization check would ordinarily govern access to it',
       needs: 'forbidden',
-      judge: async (run) => {
-        const { distinguishable } = await baseline(run);
-        const { fresh, original, replayed, retry } = await forbiddenReplay(run);
-        if (!original)
-          return nc(
-            `the --forbidden-header credentials may call the tool: a first call got ${describe(fresh)}`,
-          );
-        if (!replayed || !retry) return nc(`the keyed call failed: ${describe(original)}`);
-        const firstCall = `a first call with them got ${describe(fresh)}`;
-        if (!refused(replayed)) {
-          if (same(original, replayed))
+      judge: (run) =>
+        counted(run, async () => {
+          const { fresh, original, replayed, retry } = await forbiddenReplay(run);
+          if (!original)
+            return nc(
+              `the --forbidden-header credentials may call the tool: a first call got ${describe(fresh)}`,
+            );
+          if (!replayed || !retry) return nc(`the keyed call failed: ${describe(original)}`);
+          const firstCall = `a first call with them got ${describe(fresh)}`;
+          if (!refused(replayed)) {
+            if (same(original, replayed))
+              return fail(
+                `the stored result went to credentials that may not call it: ${describe(replayed)} (${firstCall})`,
+              );
+            return fail(`not refused: ${describe(replayed)} (${firstCall}; original ${describe(original)})`);
+          }
+          if (carries(replayed, original))
             return fail(
-              `the stored result went to credentials that may not call it: ${describe(replayed)} (${firstCall})`,
+              `refused with ${describe(replayed)}, but the refusal carries the stored ${describe(original)}`,
             );
-          return fail(`not refused: ${describe(replayed)} (${firstCall}; original ${describe(original)})`);
-        }
-        if (carries(replayed, original))
-          return fail(
-            `refused with ${describe(replayed)}, but the refusal carries the stored ${describe(original)}`,
-          );
-        if (!same(original, retry)) {
-          // A server that never replays fails replay.not-executed already; whether the forbidden
-          // call touched the record cannot be told from there being no record to touch.
-          const plain = await replay(run);
-          if (
-            plain.first.kind !== 'error' &&
-            plain.second.kind !== 'error' &&
-            !same(plain.first, plain.second)
-          )
-            return na(
-              `no replay to authorize: the server executes a keyed retry again (replay.not-executed); the caller's retry got ${describe(retry)} after the original ${describe(original)}`,
+          if (!same(original, retry)) {
+            // A server that never replays fails replay.not-executed already; whether the forbidden
+            // call touched the record cannot be told from there being no record to touch.
+            const plain = await replay(run);
+            const [again] = plain.retries;
+            if (again && again.kind !== 'error' && !same(plain.original, again))
+              return na(
+                `no replay to authorize: the server executes a keyed retry again (replay.not-executed); the caller's retry got ${describe(retry)} after the original ${describe(original)}`,
+              );
+            return fail(
+              `refused with ${describe(replayed)}, but the caller's retry then got ${describe(retry)}, not the original ${describe(original)}`,
             );
-          return fail(
-            `refused with ${describe(replayed)}, but the caller's retry then got ${describe(retry)}, not the original ${describe(original)}`,
+          }
+          return pass(
+            `refused: ${describe(replayed)}, like a first call; the caller's retry replayed ${describe(retry)}`,
           );
-        }
-        if (!distinguishable) return nc(unjudgeable);
-        return pass(
-          `refused: ${describe(replayed)}, like a first call; the caller's retry replayed ${describe(retry)}`,
-        );
-      },
+        }),
     },
     {
       id: 'security.resource-limits',
@@ -708,11 +1198,20 @@ export const RULES: readonly Rule[] = [
   ]),
 ];
 
+// Each spelling of an equivalent retry is a keyed scenario of its own, made once per run.
+const reorderedKeys = equivalent((args) => [write(args, { reverseKeys: true })]);
+const respelledNumbers = equivalent((args) =>
+  [0, 1, 2].map((i) => write(args, { number: (n) => respellings(n)[i] ?? JSON.stringify(n) })),
+);
+const escapedStrings = equivalent((args) => ESCAPINGS.map((escaping) => write(args, { string: escaping })));
+const absentArguments = equivalent(() => [null]);
+
 /** One rule against `run`: its scenarios run now unless an earlier rule of the run made them. */
 export async function checkRule(run: Run, rule: Rule): Promise<CheckResult> {
   const { id, section, severity, sentence } = rule;
+  run.current = id;
   const verdict = await judge(run, rule).catch((error: unknown) =>
-    nc(`the exchange failed: ${error instanceof Error ? error.message : String(error)}`),
+    nc(`the exchange broke: ${run.broken?.reason ?? messageOf(error)}`),
   );
   const { outcome, observed } = verdict;
   const broken = severity === 'failure' ? 'failed' : 'warned';
@@ -727,10 +1226,31 @@ function judge(run: Run, rule: Rule): Promise<Verdict> {
   return rule.judge(run);
 }
 
+/** What a run found: each rule judged, and what keeps the run from meaning anything, if so. */
+export interface Report {
+  results: CheckResult[];
+  /** The rules left unjudged because the exchange broke. */
+  notRun: string[];
+  broken?: Broken;
+  /** The essential rules that could not be observed (not checkable, or not run). */
+  unobserved: string[];
+}
+
+const ESSENTIAL = new Set(RULES.flatMap((rule) => ('essential' in rule && rule.essential ? [rule.id] : [])));
+
 /** Every rule in the SEP's order; each scenario runs once, for whichever rule needs it first. */
-export async function runChecks(run: Run): Promise<CheckResult[]> {
-  await baseline(run); // first: the other judgements lean on it
+export async function runChecks(run: Run): Promise<Report> {
+  // First: every judgement of "executed" reads the counter these calls prove.
+  await baseline(run).catch(() => {});
   const results: CheckResult[] = [];
-  for (const rule of RULES) results.push(await checkRule(run, rule));
-  return results;
+  const notRun: string[] = [];
+  for (const rule of RULES) {
+    if (run.broken) notRun.push(rule.id);
+    else results.push(await checkRule(run, rule));
+  }
+  const unobserved = [
+    ...results.filter((r) => ESSENTIAL.has(r.id) && r.status === 'not checkable').map((r) => r.id),
+    ...notRun.filter((id) => ESSENTIAL.has(id)),
+  ];
+  return { results, notRun, unobserved, ...(run.broken && { broken: run.broken }) };
 }

@@ -143,7 +143,11 @@ function stdioExchange(target: Extract<Target, { kind: 'stdio' }>, { timeoutMs }
   };
   child.on('error', (error) => failAll(new Error(`could not start ${target.command}: ${error.message}`)));
   child.on('exit', (code, signal) =>
-    failAll(new Error(`the server exited (${signal ?? code}): ${stderr.slice(-5).join('\n')}`)),
+    failAll(
+      new Error(
+        `the server exited (${signal ?? code})${stderr.length ? `: ${stderr.slice(-5).join('\n')}` : ''}`,
+      ),
+    ),
   );
   child.stdin.on('error', () => {}); // the exit handler reports a server that went away
   createInterface({ input: child.stderr }).on('line', (line) => stderr.push(line));
@@ -180,7 +184,19 @@ function stdioExchange(target: Extract<Target, { kind: 'stdio' }>, { timeoutMs }
   };
 }
 
-// --- Streamable HTTP: one POST per message; the answer is JSON or a one-event SSE stream ---
+// --- Streamable HTTP: one POST per message; the answer is JSON, or one event of an SSE stream ---
+
+/**
+ * The answer to request `id`: a message with that id and a `result` or an `error`. A request the
+ * server sends back on the same stream (a `ping`, an elicitation) may reuse the number as its own
+ * id; it is not the answer.
+ */
+function answers(
+  message: Record<string, unknown> | undefined,
+  id: number,
+): message is Record<string, unknown> {
+  return message !== undefined && message.id === id && ('result' in message || 'error' in message);
+}
 
 function httpExchange(target: Extract<Target, { kind: 'http' }>, { timeoutMs }: ConnectOptions): Exchange {
   const session: Record<string, string> = {};
@@ -201,45 +217,70 @@ function httpExchange(target: Extract<Target, { kind: 'http' }>, { timeoutMs }: 
         // 2025-11-25: every request after initialize names the version it negotiated.
         headers['mcp-protocol-version'] = LEGACY_PROTOCOL_VERSION;
       }
-      const response = await fetch(target.url, {
-        method: 'POST',
-        headers,
-        body: line,
-        signal: AbortSignal.timeout(timeoutMs),
-      });
-      const sessionId = response.headers.get('mcp-session-id');
-      if (sessionId) session['mcp-session-id'] = sessionId;
-      const body = await response.text();
-      const at = performance.now();
-      const challenge = response.headers.get('www-authenticate') ?? undefined;
-      const http = { status: response.status, ...(challenge !== undefined && { challenge }) };
-      if (id === 0) return { text: body, message: {}, at, http };
-      const messages = response.headers.get('content-type')?.includes('text/event-stream')
-        ? sseData(body)
-        : [body];
-      for (const text of messages) {
-        const message = parseObject(text);
-        if (message && message.id === id) return { text, message, at, http };
+      // One deadline for the whole exchange, the body included: an SSE stream may stay open.
+      const signal = AbortSignal.timeout(timeoutMs);
+      try {
+        const response = await fetch(target.url, { method: 'POST', headers, body: line, signal });
+        const sessionId = response.headers.get('mcp-session-id');
+        if (sessionId) session['mcp-session-id'] = sessionId;
+        const challenge = response.headers.get('www-authenticate') ?? undefined;
+        const http = { status: response.status, ...(challenge !== undefined && { challenge }) };
+        if (id === 0) {
+          await response.body?.cancel();
+          return { text: '', message: {}, at: performance.now(), http };
+        }
+        let seen = '';
+        if (response.body && response.headers.get('content-type')?.includes('text/event-stream')) {
+          // Event by event as they arrive: the answer may come before the stream ends, or never end it.
+          for await (const text of sseEvents(response.body)) {
+            const message = parseObject(text);
+            if (answers(message, id)) return { text, message, at: performance.now(), http };
+            seen ||= text;
+          }
+        } else {
+          const text = await response.text();
+          const message = parseObject(text);
+          if (answers(message, id)) return { text, message, at: performance.now(), http };
+          seen = text;
+        }
+        // A call refused by HTTP auth is an answer too (authorization.at-replay judges it); anything
+        // else without a JSON-RPC answer, and any refusal while connecting, stays a loud failure.
+        if (method === 'tools/call' && (response.status === 401 || response.status === 403))
+          return { text: seen, message: {}, at: performance.now(), http };
+        throw new Error(`HTTP ${response.status} without an answer to request ${id}: ${seen.slice(0, 300)}`);
+      } catch (error) {
+        if (signal.aborted) throw new Error(`no answer to request ${id} within ${timeoutMs} ms`);
+        throw error;
       }
-      // A call refused by HTTP auth is an answer too (authorization.at-replay judges it); anything
-      // else without a JSON-RPC answer, and any refusal while connecting, stays a loud failure.
-      if (method === 'tools/call' && (response.status === 401 || response.status === 403))
-        return { text: body, message: {}, at, http };
-      throw new Error(`HTTP ${response.status} without an answer to request ${id}: ${body.slice(0, 300)}`);
     },
     async close() {},
   };
 }
 
-/** The `data:` payload of each event in an SSE body. */
-function sseData(body: string): string[] {
-  return body.split(/\r?\n\r?\n/).flatMap((event) => {
-    const data = event
-      .split(/\r?\n/)
-      .filter((line) => line.startsWith('data:'))
-      .map((line) => line.slice(5).replace(/^ /, ''));
-    return data.length > 0 ? [data.join('\n')] : [];
-  });
+/** The `data:` payload of each SSE event, yielded as soon as the blank line that ends it arrives. */
+async function* sseEvents(body: ReadableStream<Uint8Array>): AsyncGenerator<string> {
+  const decoder = new TextDecoder();
+  let buffered = '';
+  const reader = body.getReader();
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      buffered += done ? decoder.decode() : decoder.decode(value, { stream: true });
+      const events = buffered.split(/\r?\n\r?\n/);
+      buffered = done ? '' : (events.pop() ?? '');
+      for (const event of events) {
+        const data = event
+          .split(/\r?\n/)
+          .filter((line) => line.startsWith('data:'))
+          .map((line) => line.slice(5).replace(/^ /, ''));
+        if (data.length > 0) yield data.join('\n');
+      }
+      if (done) return;
+    }
+  } finally {
+    // Stop reading once the answer is found: the server may keep the stream open.
+    await reader.cancel().catch(() => {});
+  }
 }
 
 function withTimeout<T>(promise: Promise<T>, ms: number, message: string): Promise<T> {

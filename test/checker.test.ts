@@ -2,59 +2,28 @@
 // (it must find nothing wrong) and against fixture servers that each break one rule of the SEP
 // (it must name exactly that rule).
 
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import type { CheckResult, Status } from '../checker/rules.js';
 import { type HttpInstance, startHttpInstance } from '../launch.js';
+import {
+  type CheckerRun,
+  checkHttpFixture,
+  FIXTURE_CALL,
+  NEVER_CHECKABLE,
+  ROOT,
+  runChecker,
+  stdioServer,
+  THREE_TOKENS,
+  withStatus,
+} from './fixtures/checker/harness.js';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-const CHECKER_TIMEOUT_MS = 50_000;
 /** Slow enough that a duplicate sent 100 ms later finds the original still running. */
 const LATENCY_MS = '300';
-
-interface CheckerRun {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-  checks: Map<string, CheckResult>;
-  calls: number;
-}
-
-function runChecker(args: string[], json = true): Promise<CheckerRun> {
-  const argv = ['--import', 'tsx', join(ROOT, 'checker', 'check.ts'), ...args, ...(json ? ['--json'] : [])];
-  return new Promise((resolve) => {
-    execFile(process.execPath, argv, { cwd: ROOT, timeout: CHECKER_TIMEOUT_MS }, (error, stdout, stderr) => {
-      const code = error ? (typeof error.code === 'number' ? error.code : null) : 0;
-      const checks = new Map<string, CheckResult>();
-      let calls = 0;
-      if (json && stdout.trim().startsWith('{')) {
-        const report: { checks: CheckResult[]; calls: number } = JSON.parse(stdout);
-        for (const check of report.checks) checks.set(check.id, check);
-        calls = report.calls;
-      }
-      resolve({ code, stdout, stderr, checks, calls });
-    });
-  });
-}
-
-/** The checks whose status is `status`, by id. */
-function withStatus(run: CheckerRun, ...statuses: Status[]): string[] {
-  return [...run.checks.values()].filter((c) => statuses.includes(c.status)).map((c) => c.id);
-}
-
-/** A server over stdio: `--command node --arg=…`, so no path is split on spaces. */
-function stdioServer(script: string, ...args: string[]): string[] {
-  return [
-    '--command',
-    process.execPath,
-    ...['--import', 'tsx', join(ROOT, script), ...args].map((a) => `--arg=${a}`),
-  ];
-}
+/** A whole run of the checker (some 45 calls, a third of them 300 ms charges), on a busy machine. */
+const RUN_TIMEOUT_MS = 120_000;
 
 const DEMO_CALL = [
   '--tool',
@@ -69,38 +38,27 @@ const DEMO_CALL = [
   '{"amount":-1}',
   '--other-tool',
   'charge_unguarded',
-];
-
-/** What no client can observe, whatever the server. */
-const NEVER_CHECKABLE = [
-  'equivalence.tool-implementation',
-  'retention.bounded',
-  'retention.documented',
-  'ordering.crash',
-  'stateless.shared-store',
-  'security.resource-limits',
+  // A server starting on a busy machine may take seconds to answer its first request.
+  '--timeout-ms',
+  '30000',
 ];
 
 describe('the checker finds nothing wrong with the demo server', () => {
-  let http: HttpInstance;
+  // One server per era: the checker reads the ledger's balance to see what executed, so nothing
+  // else may charge that ledger while it runs.
+  const http = new Map<string, HttpInstance>();
   beforeAll(async () => {
-    http = await startHttpInstance(['--charge-latency-ms', LATENCY_MS], {
-      // Alice's second token may only read: charge_guarded refuses it, a replay included.
-      DEMO_BEARER_TOKENS: 'alice:token-a,alice:token-r:read,bob:token-b',
-    });
+    for (const era of ['2026-07-28', '2025-11-25']) {
+      const instance = await startHttpInstance(['--charge-latency-ms', LATENCY_MS], {
+        // Alice's second token may only read: charge_guarded refuses it, a replay included.
+        DEMO_BEARER_TOKENS: 'alice:token-a,alice:token-r:read,bob:token-b',
+      });
+      http.set(era, instance);
+    }
   });
-  afterAll(() => http?.stop(5_000));
+  afterAll(() => Promise.all([...http.values()].map((instance) => instance.stop(5_000))));
 
-  const httpTarget = () => [
-    '--url',
-    http.url.href,
-    '--header',
-    'Authorization: Bearer token-a',
-    '--other-header',
-    'Authorization: Bearer token-b',
-    '--forbidden-header',
-    'Authorization: Bearer token-r',
-  ];
+  const httpTarget = (era: string) => ['--url', http.get(era)?.url.href ?? '', ...THREE_TOKENS];
   const cases = [
     {
       name: 'over stdio on 2026-07-28',
@@ -119,17 +77,20 @@ describe('the checker finds nothing wrong with the demo server', () => {
   test.concurrent.each(cases)(
     'passes every check it can make $name, and exits 0',
     async ({ era, target }) => {
-      const run = await runChecker([...target(), '--era', era, ...DEMO_CALL]);
+      const run = await runChecker([...target(era), '--era', era, ...DEMO_CALL]);
       expect(run.stderr).toBe('');
+      // Each check that did not pass, with what it saw: the first thing to read when this fails.
+      expect([...run.checks.values()].filter((c) => c.status === 'failed' || c.status === 'warned')).toEqual(
+        [],
+      );
       expect(run.code).toBe(0);
-      expect(withStatus(run, 'failed', 'warned')).toEqual([]);
       expect(withStatus(run, 'not checkable').sort()).toEqual(
         // The demo's failing call is a schema rejection, the same every time: a stored error and a
         // fresh one cannot be told apart, and the checker says so rather than guessing.
         [...NEVER_CHECKABLE, 'errors.replayed'].sort(),
       );
       const notApplicable = withStatus(run, 'not applicable');
-      const overStdio = target()[0] === '--command';
+      const overStdio = target(era)[0] === '--command';
       expect(notApplicable.sort()).toEqual(
         [
           'equivalence.absent-arguments',
@@ -145,6 +106,7 @@ describe('the checker finds nothing wrong with the demo server', () => {
       expect(run.checks.get('in-progress.data')?.observed).toContain('idempotency_key_in_progress');
       expect(run.calls).toBeGreaterThan(10);
     },
+    RUN_TIMEOUT_MS,
   );
 
   test('prints a table a person reads, with the count of calls it made', async () => {
@@ -156,7 +118,9 @@ describe('the checker finds nothing wrong with the demo server', () => {
     expect(run.stdout).toMatch(
       /✓ capability\.advertised +tools\.idempotency = \{\} in the server\/discover result/,
     );
-    expect(run.stdout).toMatch(/✓ equivalence\.number-spelling +retry with \{"amount":1\.0\} replayed/);
+    expect(run.stdout).toMatch(
+      /✓ equivalence\.number-spelling +retries with \{"amount":1\.0\}, \{"amount":1e0\}, \{"amount":1\.00\} replayed "Charged 1\. New balance: (\d+)"; counter \1 → \d+, the call without a key alone/,
+    );
     expect(run.stdout).toMatch(/– in-progress\.not-executed +not applicable: needs --slow-arguments/);
     expect(run.stdout).toMatch(/^\d+ tools\/call requests made \(\d+ with an idempotencyKey\)$/m);
   });
@@ -171,19 +135,8 @@ describe('the checker finds nothing wrong with the demo server', () => {
 
 // --- Fixtures, each wrong in one way the SEP forbids ---
 
-/** The fixtures' tool: a charge whose answer shows the balance; over 100 it is declined, numbered. */
-const FIXTURE_CALL = [
-  '--tool',
-  'charge',
-  '--arguments',
-  '{"amount":1,"note":"café"}',
-  '--slow-arguments',
-  '{"amount":1,"slow":true}',
-  '--error-arguments',
-  '{"amount":1000}',
-  '--other-tool',
-  'refund',
-];
+/** The fixtures' call, with room for a server starting on a busy machine. */
+const FIXTURE_RUN = [...FIXTURE_CALL, '--timeout-ms', '30000'];
 
 const fixture = (name: string) => stdioServer(join('test', 'fixtures', 'checker', `${name}.ts`));
 
@@ -243,7 +196,7 @@ describe('the checker names exactly the rule each fixture breaks', () => {
   test.concurrent.each(cases)(
     '$name: fails only $breaks, exit status 1',
     async ({ fixture: name, breaks }) => {
-      const run = await runChecker([...fixture(name), ...FIXTURE_CALL]);
+      const run = await runChecker([...fixture(name), ...FIXTURE_RUN]);
       expect(run.stderr).toBe('');
       expect(faults(run)).toEqual([...breaks].sort());
       expect(run.code).toBe(1);
@@ -251,74 +204,63 @@ describe('the checker names exactly the rule each fixture breaks', () => {
       if (!breaks.includes('errors.replayed'))
         expect(run.checks.get('errors.replayed')?.status).toBe('passed');
     },
+    RUN_TIMEOUT_MS,
   );
 
   test('records keyed by the key alone over HTTP: another caller gets the stored result, scope.per-caller fails', async () => {
-    const server = await startFixtureHttp('unscoped-http.ts');
-    try {
-      const run = await runChecker([
-        '--url',
-        server.url,
+    const run = await checkHttpFixture(
+      ['unscoped-http.ts'],
+      [
         '--header',
         'Authorization: Bearer token-a',
         '--other-header',
         'Authorization: Bearer token-b',
-        ...FIXTURE_CALL,
-      ]);
-      expect(faults(run)).toEqual(['scope.per-caller']);
-      expect(run.checks.get('scope.per-caller')?.observed).toContain(
-        "the other caller got the first caller's result",
-      );
-      expect(run.code).toBe(1);
-    } finally {
-      server.child.kill('SIGKILL');
-    }
+        ...FIXTURE_RUN,
+      ],
+    );
+    expect(faults(run)).toEqual(['scope.per-caller']);
+    expect(run.checks.get('scope.per-caller')?.observed).toContain(
+      "the other caller got the first caller's result",
+    );
+    expect(run.code).toBe(1);
   });
 
   test('deduplication in front of authorization over HTTP: a token refused a first call gets the stored result, authorization.at-replay fails', async () => {
-    const server = await startFixtureHttp('replays-unauthorized.ts');
-    try {
-      const run = await runChecker([
-        '--url',
-        server.url,
+    const run = await checkHttpFixture(
+      ['replays-unauthorized.ts'],
+      [
         '--header',
         'Authorization: Bearer token-a',
         '--forbidden-header',
         'Authorization: Bearer token-r',
-        ...FIXTURE_CALL,
-      ]);
-      expect(faults(run)).toEqual(['authorization.at-replay']);
-      expect(run.checks.get('authorization.at-replay')?.observed).toMatch(
-        /^the stored result went to credentials that may not call it: "charge 1\. New balance: \d+" \(a first call with them got error -32003 This token may not call charge\)$/,
-      );
-      expect(run.code).toBe(1);
-    } finally {
-      server.child.kill('SIGKILL');
-    }
+        ...FIXTURE_RUN,
+      ],
+    );
+    expect(faults(run)).toEqual(['authorization.at-replay']);
+    expect(run.checks.get('authorization.at-replay')?.observed).toMatch(
+      /^the stored result went to credentials that may not call it: "charge 1\. New balance: \d+" \(a first call with them got error -32003 This token may not call charge\)$/,
+    );
+    expect(run.code).toBe(1);
   });
 
   test('no deduplication over HTTP: authorization.at-replay is not applicable, naming the replay rule that fails', async () => {
-    const server = await startFixtureHttp('no-guard-http.ts');
-    try {
-      const run = await runChecker([
-        '--url',
-        server.url,
+    const run = await checkHttpFixture(
+      ['no-guard-http.ts'],
+      [
         '--header',
         'Authorization: Bearer token-a',
         '--forbidden-header',
         'Authorization: Bearer token-r',
-        ...FIXTURE_CALL,
-      ]);
-      expect(run.stderr).toBe('');
-      expect(run.checks.get('replay.not-executed')?.status).toBe('failed');
-      expect(run.checks.get('authorization.at-replay')?.status).toBe('not applicable');
-      expect(run.checks.get('authorization.at-replay')?.observed).toMatch(
-        /^no replay to authorize: the server executes a keyed retry again \(replay\.not-executed\); the caller's retry got "charge 1\. New balance: (\d+)" after the original "charge 1\. New balance: (\d+)"$/,
-      );
-      expect(run.code).toBe(1);
-    } finally {
-      server.child.kill('SIGKILL');
-    }
+        ...FIXTURE_RUN,
+      ],
+    );
+    expect(run.stderr).toBe('');
+    expect(run.checks.get('replay.not-executed')?.status).toBe('failed');
+    expect(run.checks.get('authorization.at-replay')?.status).toBe('not applicable');
+    expect(run.checks.get('authorization.at-replay')?.observed).toMatch(
+      /^no replay to authorize: the server executes a keyed retry again \(replay\.not-executed\); the caller's retry got "charge 1\. New balance: (\d+)" after the original "charge 1\. New balance: (\d+)"$/,
+    );
+    expect(run.code).toBe(1);
   });
 
   test("the Python prototype's fingerprint on Python's mcp package: 1 and 1.0 conflict, in both eras", async (ctx) => {
@@ -345,31 +287,6 @@ describe('the checker names exactly the rule each fixture breaks', () => {
     }
   }, 200_000);
 });
-
-/** Starts an HTTP fixture on loopback and reads its URL from its "listening" line. */
-function startFixtureHttp(script: string): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(
-    process.execPath,
-    ['--import', 'tsx', join(ROOT, 'test', 'fixtures', 'checker', script)],
-    {
-      cwd: ROOT,
-      stdio: ['ignore', 'ignore', 'pipe'],
-    },
-  );
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`${script} did not start`));
-    }, 15_000);
-    createInterface({ input: child.stderr }).on('line', (line) => {
-      const url = /"url":"([^"]+)"/.exec(line)?.[1];
-      if (url) {
-        clearTimeout(timer);
-        resolve({ url, child });
-      }
-    });
-  });
-}
 
 /** A venv with Python's `mcp` package, kept across runs in the temp dir; installed if missing. */
 const VENV = join(tmpdir(), 'sep3182-checker-python');

@@ -91,26 +91,29 @@ interface RuleCase {
 
 /** Every rule a client can observe, in the SEP's order, and what the demo's ledger shows after it. */
 const RULE_CASES: RuleCase[] = [
+  // The checker reads the ledger through the charge itself: two calls without a key first, then
+  // one more after each scenario, so each balance counts those too.
   { rule: 'capability.advertised', balance: 0 },
-  { rule: 'in-progress.not-executed', slow: true, balance: 1 },
+  { rule: 'new-key.executes', balance: 4 },
+  { rule: 'in-progress.not-executed', slow: true, balance: 5 },
   // At once (under 300 ms, half a charge), not merely before the original finished.
-  { rule: 'in-progress.not-blocked', slow: true, balance: 1, observed: /^answered after [1-2]?\d?\d ms,/ },
-  { rule: 'in-progress.data', slow: true, balance: 1 },
-  { rule: 'replay.not-executed', balance: 3 },
+  { rule: 'in-progress.not-blocked', slow: true, balance: 5, observed: /^answered after [1-2]?\d?\d ms,/ },
+  { rule: 'in-progress.data', slow: true, balance: 5 },
+  { rule: 'replay.not-executed', balance: 4 },
   {
     rule: 'replay.not-executed',
     name: 'a tool the demo calls without a key',
     inputs: { tool: 'charge_unguarded' },
-    balance: 3,
+    balance: 4,
   },
-  { rule: 'replay.identical', balance: 1, observed: /byte for byte but the id$/ },
+  { rule: 'replay.identical', balance: 2, observed: /byte for byte but the id$/ },
   {
     rule: 'errors.replayed',
     // The stored failure came back, but a schema rejection is the same every time: a replay
     // cannot be told from a fresh rejection, and the rule says so.
     status: 'not checkable',
     observed: /^failures without a key are alike \(isError ".*Input validation error: Invalid argum/,
-    balance: 0,
+    balance: 1,
   },
   {
     rule: 'errors.replayed',
@@ -120,20 +123,20 @@ const RULE_CASES: RuleCase[] = [
     observed: /^failures without a key are alike \(.*refund_everything not found/,
     balance: 0,
   },
-  { rule: 'conflict.other-arguments', balance: 1 },
+  { rule: 'conflict.other-arguments', balance: 5 },
   {
     rule: 'conflict.other-arguments',
     // The first value it changes is `note`, which the tool never sees: compared as sent.
     name: 'arguments that differ only where the tool schema strips them',
     inputs: { arguments: { note: 'a', amount: 1 } },
-    balance: 1,
+    balance: 5,
   },
-  { rule: 'conflict.other-tool', balance: 1 },
-  { rule: 'conflict.data', balance: 2 },
-  { rule: 'equivalence.key-order', balance: 3 },
-  { rule: 'equivalence.whitespace', balance: 3 },
-  { rule: 'equivalence.number-spelling', balance: 3 },
-  { rule: 'equivalence.string-escapes', balance: 3 },
+  { rule: 'conflict.other-tool', balance: 5 },
+  { rule: 'conflict.data', balance: 6 },
+  { rule: 'equivalence.key-order', balance: 4 },
+  { rule: 'equivalence.whitespace', balance: 4 },
+  { rule: 'equivalence.number-spelling', balance: 4 },
+  { rule: 'equivalence.string-escapes', balance: 4 },
   {
     rule: 'equivalence.absent-arguments',
     name: 'get_balance, the demo tool without arguments',
@@ -143,9 +146,9 @@ const RULE_CASES: RuleCase[] = [
     status: 'not checkable',
     balance: 0,
   },
-  { rule: 'equivalence.no-unicode-normalization', balance: 1 },
+  { rule: 'equivalence.no-unicode-normalization', balance: 5 },
   { rule: 'no-key.executes-every-time', balance: 2 },
-  { rule: 'scope.per-caller', balance: 4 },
+  { rule: 'scope.per-caller', balance: 5 },
   // The read-only token is refused by the SDK's scope challenge, before the guard.
   {
     rule: 'authorization.at-replay',
