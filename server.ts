@@ -34,6 +34,7 @@ import {
   type IdempotencyStore,
   MemoryIdempotencyStore,
   principalOf,
+  principalScope,
   providerKey,
   StoreUnavailableError,
 } from 'mcp-request-idempotency';
@@ -99,6 +100,19 @@ export type DemoToolResult = {
 export const DEMO_SCOPES = { charge: 'charge', refund: 'refund', read: 'read', admin: 'admin' } as const;
 
 export type DemoScope = (typeof DEMO_SCOPES)[keyof typeof DEMO_SCOPES];
+
+/**
+ * The records' scope: the principal of the verified token (the guard's default, `principalScope`),
+ * and, for a token that may only read, a scope of its own within it. Such a token's keyed calls
+ * can only be of tools that change nothing, so nothing is lost by not replaying them to the
+ * principal's other tokens; and a read-only token, perhaps handed to a dashboard, cannot use up the
+ * quota of records the principal's charges need.
+ */
+export function demoScopeOf(caller: Caller): string {
+  const scope = principalScope(caller);
+  const granted = caller.authInfo?.scopes;
+  return granted?.every((s) => s === DEMO_SCOPES.read) ? `${scope}:read-only` : scope;
+}
 
 /**
  * What a token entry that names no scopes may do: everything but `admin`. `admin` resets every
@@ -332,7 +346,7 @@ export function createDemoServer(options: DemoServerOptions): McpServer {
     providerKeyRetentionMs: options.ledger.providerKeyRetentionMs ?? 0,
     leaseMs: options.leaseMs,
     awaitingInputRetentionMs: options.awaitingInputRetentionMs ?? REQUEST_STATE_TTL_SECONDS * 1000,
-    scopeOf: options.scopeOf,
+    scopeOf: options.scopeOf ?? demoScopeOf,
     onDecision: options.onDecision,
   });
   return mcp;

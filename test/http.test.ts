@@ -193,6 +193,32 @@ describe('bearer auth and per-principal scope', () => {
   });
 });
 
+describe('a read-only token and its principal’s quota', () => {
+  let server: HttpInstance;
+  beforeAll(async () => {
+    server = await startHttpInstance(['--max-records-per-caller', '3'], {
+      DEMO_BEARER_TOKENS: 'alice:token-a,alice:token-r:read',
+    });
+  });
+  afterAll(async () => {
+    await server.stop();
+  });
+
+  const keyed = async (token: string, name: string, args: Record<string, unknown>) => {
+    const params = { name, arguments: args, idempotencyKey: randomUUID() };
+    const response = await postModern(server.url, { id: 1, method: 'tools/call', params }, undefined, {
+      authorization: `Bearer ${token}`,
+    });
+    return jsonRpcText(response);
+  };
+
+  it('has a quota of its own: its keyed reads cannot use up the records alice’s charges need', async () => {
+    for (let i = 0; i < 3; i++) expect(await keyed('token-r', 'get_balance', {})).toContain('"balance"');
+    expect(await keyed('token-r', 'get_balance', {})).toContain('idempotency_quota_exceeded');
+    expect(await keyed('token-a', 'charge_guarded', { amount: 5 })).toContain('"charged":5');
+  });
+});
+
 describe('DEMO_BEARER_TOKENS', () => {
   it.each([
     [
