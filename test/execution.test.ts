@@ -215,8 +215,7 @@ describe('a tool whose outcome is unknown', () => {
  * A payment provider that keeps each idempotency key for `keyRetentionMs` and replays its answer
  * to the same key (Stripe keeps keys 24 h), on the test's clock.
  */
-class ReplayingProvider implements Ledger {
-  private total = 0;
+class ReplayingProvider extends KeyRecordingLedger {
   private readonly answers = new Map<string, { balance: number; until: number }>();
   /** Calls made; `charges` counts those that charged, the rest were replays of a known key. */
   calls = 0;
@@ -224,29 +223,19 @@ class ReplayingProvider implements Ledger {
   constructor(
     private readonly clock: ManualClock,
     readonly providerKeyRetentionMs = DEFAULT_PROVIDER_KEY_RETENTION_MS,
-  ) {}
-  async charge(amount: number, { idempotencyKey }: ChargeOptions = {}): Promise<number> {
+  ) {
+    super();
+  }
+  override async charge(amount: number, options: ChargeOptions = {}): Promise<number> {
     this.calls += 1;
-    const known = idempotencyKey === undefined ? undefined : this.answers.get(idempotencyKey);
+    const key = options.idempotencyKey;
+    const known = key === undefined ? undefined : this.answers.get(key);
     if (known && known.until > this.clock.now()) return known.balance;
     this.charges += 1;
-    this.total += amount;
-    if (idempotencyKey !== undefined) {
-      this.answers.set(idempotencyKey, {
-        balance: this.total,
-        until: this.clock.now() + this.providerKeyRetentionMs,
-      });
-    }
-    return this.total;
-  }
-  refund(amount: number, options: RefundOptions = {}): Promise<number> {
-    return this.charge(-amount, options);
-  }
-  async balance(): Promise<number> {
-    return this.total;
-  }
-  async reset(): Promise<void> {
-    this.total = 0;
+    const balance = await super.charge(amount, options);
+    if (key !== undefined)
+      this.answers.set(key, { balance, until: this.clock.now() + this.providerKeyRetentionMs });
+    return balance;
   }
 }
 
