@@ -245,9 +245,7 @@ function addressOf(address: string | AddressInfo | null): AddressInfo {
 /**
  * The SDK's bearer middleware puts what this returns on the request, and the entry hands it
  * to every handler as `ctx.http.authInfo`: the guard's scope is its `clientId`, which this demo
- * sets to the principal. Tokens are compared in constant time: as digests, so every comparison
- * is of 32 bytes whatever a token's length, and against every known token, so the time taken
- * says neither how long a token is nor which entry it matched.
+ * sets to the principal. Tokens are compared in constant time.
  */
 function tokenVerifier(tokens: BearerTokens) {
   const known = tokens.map((entry) => ({ ...entry, digest: digestOf(entry.token) }));
@@ -267,6 +265,11 @@ function tokenVerifier(tokens: BearerTokens) {
   };
 }
 
+/**
+ * What a token is compared as: its digest, so every comparison is of 32 bytes whatever the token's
+ * length; and the verifier compares it with every known token's, so the time taken says neither
+ * how long a token is nor which entry it matched.
+ */
 function digestOf(token: string): Buffer {
   return createHash('sha256').update(token).digest();
 }
