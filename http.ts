@@ -252,9 +252,7 @@ export const DEMO_CLIENT_ID = 'https://demo-client.example/client-metadata.json'
  * The SDK's bearer middleware puts what this returns on the request, and the entry hands it
  * to every handler as `ctx.http.authInfo`. The principal, the guard's scope, is the token's
  * subject, in `extra.sub`; `clientId` names the app, which every principal here shares. Tokens
- * are compared in constant time: as digests, so every comparison is of 32 bytes whatever a
- * token's length, and against every known token, so the time taken says neither how long a token
- * is nor which entry it matched.
+ * are compared in constant time (see `digestOf`).
  */
 function tokenVerifier(tokens: BearerTokens) {
   const known = tokens.map((entry) => ({ ...entry, digest: digestOf(entry.token) }));
@@ -275,6 +273,11 @@ function tokenVerifier(tokens: BearerTokens) {
   };
 }
 
+/**
+ * What a token is compared as: its digest, so every comparison is of 32 bytes whatever the token's
+ * length; and the verifier compares it with every known token's, so the time taken says neither
+ * how long a token is nor which entry it matched.
+ */
 function digestOf(token: string): Buffer {
   return createHash('sha256').update(token).digest();
 }
