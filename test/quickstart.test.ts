@@ -113,9 +113,11 @@ describe("the library README's quick start, in a new project", () => {
       expect(stderr.trim().split('\n')).toEqual([
         expect.stringMatching(/^charging 100 under provider key mcp_/),
       ]);
-      // What the README shows is what it prints.
+      // What the README shows is what it prints, but for how many attempts met the charge in
+      // progress, which is the machine's speed, not the README's to promise.
+      const attemptless = (text: string) => text.replace(/^attempt \d+:/gm, 'attempt N:');
       for (const line of [stdout.split('\n')[0] ?? '', ...stdout.trim().split('\n').slice(-2)])
-        expect(block('text')).toContain(line);
+        expect(attemptless(block('text'))).toContain(attemptless(line));
     },
     INSTALL_TIMEOUT_MS,
   );
