@@ -38,15 +38,15 @@ import {
   resetLedger,
   type ServerConnection,
   startHttpInstance,
-} from './launch.js';
-import { startPostgres } from './test/support/postgres.js';
+} from './processes/launch.js';
+import { startPostgres } from './processes/postgres.js';
 import {
   type Commit,
   PROVIDER_IMPLEMENTATIONS,
   type ProviderProcess,
   startProviderProcess,
-} from './test/support/provider.js';
-import { startRedis } from './test/support/redis.js';
+} from './processes/provider.js';
+import { startRedis } from './processes/redis.js';
 
 /** A charge slow enough to overlap a duplicate, or to outlast a client's patience. */
 const SLOW_CHARGE_MS = 800;
@@ -795,7 +795,7 @@ async function clientOwnsItsRetries(): Promise<void> {
 
 // --- The other hop: the server's call to the payment provider ---
 //
-// provider.ts, a payment API in a process of its own that takes an Idempotency-Key, stands in
+// provider/provider.ts, a payment API in a process of its own that takes an Idempotency-Key, stands in
 // for Stripe. Each window is shown twice: with `--provider-keys none` (the server sends no key:
 // the provider that takes no keys, where the window is open) and with the key the guard derives
 // from the MCP call (closed).

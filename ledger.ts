@@ -361,7 +361,7 @@ function sleep(ms: number): Promise<void> {
 // --- The balance as a table beside the idempotency records (Postgres) ---
 //
 // When the records live in Postgres, the ledger can too, and then a charge and its record commit
-// in one transaction (idempotency/postgres-store.ts): a crash at any point leaves both or neither,
+// in one transaction (packages/idempotency/postgres-store.ts): a crash at any point leaves both or neither,
 // with no help from any provider. Each charge writes its entry and the new balance in one
 // statement, through the call's transaction when the guard offers one (a keyed call), else on
 // its own (a call without a key). `entries` is the ledger's own log: every committed charge once.

@@ -47,7 +47,9 @@ import {
 } from 'mcp-request-idempotency/redis';
 import { installIdempotencyGuard, verifyGuardSeesKeys } from 'mcp-request-idempotency/sdk-v2';
 import { z } from 'zod';
-import { type BearerTokens, parseBearerTokens, startHttpServer } from './http.js';
+import { type BearerTokens, parseBearerTokens, startHttpServer } from './hosting/http.js';
+import { batchDecisionLines, DEFAULT_LOG_FLUSH_MS, log, logDecision, reportSdkError } from './hosting/log.js';
+import { serveStdio } from './hosting/stdio.js';
 import {
   DEFAULT_PROVIDER_TIMEOUT_MS,
   type Ledger,
@@ -56,8 +58,6 @@ import {
   ProviderLedger,
   RedisLedger,
 } from './ledger.js';
-import { batchDecisionLines, DEFAULT_LOG_FLUSH_MS, log, logDecision, reportSdkError } from './log.js';
-import { serveStdio } from './stdio.js';
 
 export const SERVER_INFO = { name: 'sep-3182-idempotency-demo', version: '0.1.0' };
 
@@ -223,7 +223,7 @@ export function registerDemoTools(tools: ToolRegistry, ledger: Ledger, store: Id
 // sealed `requestState` naming the refund. The client sends the call again with the answer (a
 // continuation) and only a yes refunds. On a 2025-11-25 connection the SDK asks the question
 // itself, inside the one call. Like the others, this tool carries no idempotency logic: the
-// guard's rules for continuations are in idempotency/guard.ts.
+// guard's rules for continuations are in packages/idempotency/guard.ts.
 
 /** What `refund_order` seals into its `requestState`: the refund the question was about. */
 export interface RefundState {
@@ -398,7 +398,7 @@ const USAGE = `Usage: tsx server.ts [options]
   --redis-url URL           default $REDIS_URL, else redis://127.0.0.1:6379
   --redis-cluster URL,URL…  a Redis Cluster instead: some of its nodes' URLs (needs --store redis)
   --redis-prefix P          prefix of every Redis key this server writes (default sep3182:)
-  --provider-url URL        charge a payment provider over HTTP (provider.ts, or any that follows
+  --provider-url URL        charge a payment provider over HTTP (provider/provider.ts, or any that follows
                             docs/provider-wire.md), with an Idempotency-Key derived from the MCP call;
                             unset: the in-process ledger, the provider that takes no keys
   --provider-keys derived|none  send the derived key to the provider (default derived), or none,

@@ -17,8 +17,8 @@ import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
-import { startPostgres } from '../test/support/postgres.js';
-import { startRedis } from '../test/support/redis.js';
+import { startPostgres } from '../processes/postgres.js';
+import { startRedis } from '../processes/redis.js';
 import {
   openServer,
   type ServerPair,

@@ -23,10 +23,10 @@ import {
   type ToolCall,
 } from 'mcp-request-idempotency/client';
 import { z } from 'zod';
-import { connectHttpClient, connectToServer, type Era, startHttpInstance } from '../launch.js';
+import { connectInProcess } from '../hosting/in-process.js';
+import { DEFAULT_LOG_FLUSH_MS } from '../hosting/log.js';
 import { MemoryLedger } from '../ledger.js';
-import { DEFAULT_LOG_FLUSH_MS } from '../log.js';
-import { connectInProcess } from '../test/support/in-process.js';
+import { connectHttpClient, connectToServer, type Era, startHttpInstance } from '../processes/launch.js';
 import { checkedCall, type Outcome, timed, type Variant } from './harness.js';
 
 export type TransportName = 'in-process' | 'stdio' | 'http';

@@ -5,7 +5,7 @@
 // The real guard in front of a no-op tool: no SDK, no transport, no parsing. Then its pieces:
 // key validation, the fingerprint by size, server.ts's decision log line, and what the other hop's
 // provider key costs: deriving one, and running each dispatch in the execution context that
-// carries it (idempotency/execution.ts), against calling the dispatch directly. mitata runs each
+// carries it (packages/idempotency/execution.ts), against calling the dispatch directly. mitata runs each
 // piece's timing loop (batches of calls for what takes nanoseconds, fresh arguments made outside
 // the timed region, a GC before each piece); the pieces take turns in rotating order, round after
 // round, and a piece's median and p99 are over all its rounds' samples.
@@ -22,7 +22,7 @@ import {
   ToolExecution,
 } from 'mcp-request-idempotency';
 import { measure } from 'mitata';
-import { logDecision } from '../log.js';
+import { logDecision } from '../hosting/log.js';
 import { AMOUNT, chargeResult, jsonBytes, orderArgumentsOfSize, TOOL, WrongAnswerError } from './calls.js';
 import { answerIfMain, type Report, rotate, summarize, table, yesNo } from './harness.js';
 
@@ -74,7 +74,7 @@ async function pieces(): Promise<Piece[]> {
     '1 KB': orderArgumentsOfSize(1_024),
     '100 KB': orderArgumentsOfSize(102_400),
   };
-  // Once per keyed decision, before the guard's answer goes out: built and batched (log.ts), the
+  // Once per keyed decision, before the guard's answer goes out: built and batched (hosting/log.ts), the
   // batch written to stderr (a pipe, written synchronously on Linux) every 25 ms.
   const event: DecisionEvent = { decision: 'executed', scope: 'local', idempotencyKey: key, durationMs: 0.1 };
   const logLine = () => logDecision({ ...event, tool: TOOL });

@@ -10,7 +10,7 @@ import {
   LEGACY_PROTOCOL_VERSION as LEGACY,
   MODERN_PROTOCOL_VERSION as MODERN,
 } from 'mcp-request-idempotency/client';
-import type { Era } from '../launch.js';
+import type { Era } from '../processes/launch.js';
 import {
   AMOUNT,
   jsonBytes,

@@ -7,8 +7,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Endpoint, makeVariants } from '../bench/calls.js';
 import { checkedCall } from '../bench/harness.js';
-import { connectToServer, type ServerConnection } from '../launch.js';
-import { START_TIMEOUT_MS } from './support/bounds.js';
+import { START_TIMEOUT_MS } from '../processes/bounds.js';
+import { connectToServer, type ServerConnection } from '../processes/launch.js';
 
 const SHORT_CHARGE_MS = 300;
 

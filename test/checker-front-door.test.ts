@@ -4,10 +4,10 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
-import { RULES } from '../checker/rules.js';
+import { RULES } from '../packages/checker/rules.js';
 import { ROOT, runChecker, stdioServer } from './fixtures/checker/harness.js';
 
-const README = readFileSync(join(ROOT, 'checker', 'README.md'), 'utf8');
+const README = readFileSync(join(ROOT, 'packages', 'checker', 'README.md'), 'utf8');
 
 /** The rows of the README table whose header row starts with `| first |`, as cells. */
 function tableRows(first: string): string[][] {

@@ -1,4 +1,4 @@
-// The checker, run as a user runs it (`tsx checker/check.ts … --json`), against the demo server
+// The checker, run as a user runs it (`tsx packages/checker/check.ts … --json`), against the demo server
 // (it must find nothing wrong) and against fixture servers that each break one rule of the SEP
 // (it must name exactly that rule).
 
@@ -7,7 +7,7 @@ import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { type HttpInstance, startHttpInstance } from '../launch.js';
+import { type HttpInstance, startHttpInstance } from '../processes/launch.js';
 import {
   type CheckerRun,
   checkHttpFixture,

@@ -12,11 +12,9 @@ import {
 } from 'mcp-request-idempotency';
 import { RedisIdempotencyStore, type RedisStoreOptions, redisKeysOf } from 'mcp-request-idempotency/redis';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { ERAS } from '../launch.js';
+import { connectInProcess, type InProcessConnection } from '../hosting/in-process.js';
 import { MemoryLedger } from '../ledger.js';
-import { connectHttp } from './support/http.js';
-import { connectInProcess, type InProcessConnection } from './support/in-process.js';
-import { type Attempt, chargeEach, type Operation } from './support/keyed-stream.js';
+import { ERAS } from '../processes/launch.js';
 import {
   commandsDuring,
   REDIS_CLUSTER_SKIP_REASON,
@@ -25,7 +23,9 @@ import {
   type TestRedisCluster,
   uniqueKeyPrefix,
   waitUntil,
-} from './support/redis.js';
+} from '../processes/redis.js';
+import { connectHttp } from './support/http.js';
+import { type Attempt, chargeEach, type Operation } from './support/keyed-stream.js';
 import { describeSepCases } from './support/sep-cases.js';
 import { describeTwoInstances } from './support/two-instances.js';
 

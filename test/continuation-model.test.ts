@@ -4,7 +4,7 @@
 // `requestState`), repeats, lost answers and two continuations at once, on two keys whose calls
 // may differ in their arguments, run against the real guard (McpServer + guard, in process, each
 // request its own fetch) and a small model of the project's rules for continuations
-// (idempotency/guard.ts, `settlementOf`). After every step the answer and the guard's decision are
+// (packages/idempotency/guard.ts, `settlementOf`). After every step the answer and the guard's decision are
 // the model's, and the ledger holds exactly the refunds the model allowed: at most one completing
 // round per key, a repeat of the opening round never asks anew, replays equal the final answer,
 // and a refused continuation changes nothing.
@@ -30,11 +30,11 @@ import {
   RedisIdempotencyStore,
 } from 'mcp-request-idempotency/redis';
 import { afterAll, describe, it } from 'vitest';
+import { connectInProcess } from '../hosting/in-process.js';
 import { MemoryLedger } from '../ledger.js';
-import { POSTGRES_STATEMENT_TIMEOUT_MS } from './support/bounds.js';
-import { connectInProcess } from './support/in-process.js';
-import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from './support/postgres.js';
-import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from './support/redis.js';
+import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../processes/bounds.js';
+import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../processes/postgres.js';
+import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../processes/redis.js';
 import { type Answer, round } from './support/rounds.js';
 
 const LONG = process.env.SEP3182_LONG === '1';

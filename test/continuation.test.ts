@@ -2,7 +2,7 @@
 //
 // `refund_order` asks before it acts: its opening round answers `input_required`, and only the
 // continuation that carries a yes refunds. The SEP leaves continuations out of its scope; these
-// tests hold the guard to the project's rules for them (idempotency/guard.ts, `settlementOf`),
+// tests hold the guard to the project's rules for them (packages/idempotency/guard.ts, `settlementOf`),
 // over real transports: a spawned stdio server, a stateless HTTP instance, and two HTTP
 // instances sharing Redis, where the continuation lands on the other instance.
 
@@ -18,6 +18,7 @@ import {
 } from 'mcp-request-idempotency';
 import { callTool, LEGACY_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connectInProcess, ManualClock } from '../hosting/in-process.js';
 import {
   type AskUser,
   balanceOf,
@@ -25,16 +26,15 @@ import {
   connectToServer,
   resetLedger,
   startHttpInstance,
-} from '../launch.js';
-import { refundStateCodec } from '../server.js';
-import { connectInProcess, ManualClock } from './support/in-process.js';
+} from '../processes/launch.js';
 import {
   REDIS_SKIP_REASON,
   startRedis,
   type TestRedis,
   uniqueKeyPrefix,
   waitUntil,
-} from './support/redis.js';
+} from '../processes/redis.js';
+import { refundStateCodec } from '../server.js';
 import { type Answer, round } from './support/rounds.js';
 
 const REFUND = { name: 'refund_order', arguments: { orderId: 'A-1001', amount: 4200 } };

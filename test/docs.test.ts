@@ -12,8 +12,8 @@ const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const DOCUMENTS = [
   'README.md',
   'RELIABILITY.md',
-  'idempotency/README.md',
-  'checker/README.md',
+  'packages/idempotency/README.md',
+  'packages/checker/README.md',
   ...readdirSync(join(ROOT, 'docs')).map((file) => `docs/${file}`),
 ];
 const read = (file: string) => readFileSync(join(ROOT, file), 'utf8');

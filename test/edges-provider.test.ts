@@ -5,7 +5,7 @@
 import { createServer, request, type Server } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ProviderLedger } from '../ledger.js';
-import { type RunningProvider, startProvider } from '../provider.js';
+import { type RunningProvider, startProvider } from '../provider/provider.js';
 
 const PREFIX = '/pay/v1';
 

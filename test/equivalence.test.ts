@@ -15,8 +15,8 @@ import {
 } from 'mcp-request-idempotency';
 import { callTool } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { balanceOf } from '../launch.js';
-import { connectInProcess, type InProcessConnection } from './support/in-process.js';
+import { connectInProcess, type InProcessConnection } from '../hosting/in-process.js';
+import { balanceOf } from '../processes/launch.js';
 import { errorFrom } from './support/sep-cases.js';
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };

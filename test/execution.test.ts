@@ -16,13 +16,13 @@ import {
 } from 'mcp-request-idempotency';
 import { callTool } from 'mcp-request-idempotency/client';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { ChargeOptions, Ledger, RefundOptions } from '../ledger.js';
 import {
   connectInProcess,
   type InProcessConnection,
   type InProcessOptions,
   ManualClock,
-} from './support/in-process.js';
+} from '../hosting/in-process.js';
+import type { ChargeOptions, Ledger, RefundOptions } from '../ledger.js';
 import { textOf } from './support/sep-cases.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -81,7 +81,7 @@ describe('the provider key of a keyed call', () => {
     const ledger = new KeyRecordingLedger();
     const key = randomUUID();
     await callTool((await server(ledger, { scope: 'principal:alice' })).client, keyed(key));
-    const script = `import { ToolExecution } from './idempotency/execution.ts';
+    const script = `import { ToolExecution } from './packages/idempotency/execution.ts';
 process.stdout.write(new ToolExecution('principal:alice', 'charge_guarded', ${JSON.stringify(key)}).providerKey('charge'));`;
     const { stdout } = await promisify(execFile)(
       process.execPath,
@@ -151,7 +151,7 @@ describe('the provider key of a call without an MCP key', () => {
   });
 
   it('differs between processes, each one’s first execution alike: a restarted server never reuses one', async () => {
-    const script = `import { ToolExecution } from './idempotency/execution.ts';
+    const script = `import { ToolExecution } from './packages/idempotency/execution.ts';
 process.stdout.write(new ToolExecution('local', 'charge_unguarded').providerKey('charge'));`;
     const firstOfAProcess = async () => {
       const run = promisify(execFile)(

@@ -25,13 +25,13 @@ import {
   redisKeysOf,
 } from 'mcp-request-idempotency/redis';
 import { afterAll, describe, expect, it } from 'vitest';
+import { connectInProcess, type InProcessConnection } from '../hosting/in-process.js';
 import type { Ledger } from '../ledger.js';
+import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix, waitUntil } from '../processes/redis.js';
 import { postRaw } from './support/hostile.js';
 import { type HttpInstance, startHttpInstance } from './support/http.js';
-import { connectInProcess, type InProcessConnection } from './support/in-process.js';
 import { type Attempt, chargeEach, type Operation } from './support/keyed-stream.js';
 import { RawStdioPeer } from './support/raw-stdio.js';
-import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix, waitUntil } from './support/redis.js';
 
 const redis = await startRedis();
 if (!redis) console.warn(REDIS_SKIP_REASON);

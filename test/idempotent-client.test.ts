@@ -19,6 +19,7 @@ import {
   NO_CAPABILITY_WARNING,
 } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
+import { MemoryLedger } from '../ledger.js';
 import {
   balanceOf,
   connectHttpClient,
@@ -28,8 +29,7 @@ import {
   newClient,
   resetLedger,
   startHttpInstance,
-} from '../launch.js';
-import { MemoryLedger } from '../ledger.js';
+} from '../processes/launch.js';
 import { registerDemoTools, type ToolRegistry } from '../server.js';
 
 /** The provider's latency: long enough for a client to give up on a charge still running. */

@@ -14,11 +14,11 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { IdempotencyErrorType, INVALID_PARAMS } from 'mcp-request-idempotency';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { postModern } from '../launch.js';
+import { postModern } from '../processes/launch.js';
+import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix, waitUntil } from '../processes/redis.js';
 import { jsonRpcText, postRaw } from './support/hostile.js';
 import { type HttpInstance, startHttpInstance } from './support/http.js';
 import { type RawAnswer, RawStdioPeer } from './support/raw-stdio.js';
-import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix, waitUntil } from './support/redis.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const SLOW_CHARGE_MS = 600;

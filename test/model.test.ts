@@ -18,7 +18,10 @@ import {
   RedisIdempotencyStore,
 } from 'mcp-request-idempotency/redis';
 import { afterAll, describe, expect, it } from 'vitest';
-import { POSTGRES_STATEMENT_TIMEOUT_MS } from './support/bounds.js';
+import { ManualClock } from '../hosting/in-process.js';
+import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../processes/bounds.js';
+import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../processes/postgres.js';
+import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../processes/redis.js';
 import {
   CALLERS,
   type ModelSettings,
@@ -28,9 +31,6 @@ import {
   startRealSystem,
   tally,
 } from './support/guard-model.js';
-import { ManualClock } from './support/in-process.js';
-import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from './support/postgres.js';
-import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from './support/redis.js';
 
 const LONG = process.env.SEP3182_LONG === '1';
 const MEMORY_RUNS = LONG ? 2_000 : 200;

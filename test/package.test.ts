@@ -15,7 +15,7 @@ import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { callTool, LEGACY_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { publint } from 'publint';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Era, newClient } from '../launch.js';
+import { type Era, newClient } from '../processes/launch.js';
 import { textOf } from './support/sep-cases.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -106,7 +106,7 @@ beforeAll(async () => {
   );
 
   // The README's two servers, and each without its guard: the SDK's bare server.
-  const snippets = snippetsOf(readFileSync(join(ROOT, 'idempotency', 'README.md'), 'utf8'));
+  const snippets = snippetsOf(readFileSync(join(ROOT, 'packages', 'idempotency', 'README.md'), 'utf8'));
   await mkdir(join(consumer, 'src'));
   for (const [file, code] of snippets) {
     await writeFile(join(consumer, 'src', file), code);
@@ -158,7 +158,7 @@ describe('the tarballs', () => {
   });
 
   it('pass publint: every export resolves to a file that is there, in the format it claims', async () => {
-    for (const pkgDir of [join(ROOT, 'idempotency'), join(ROOT, 'checker')]) {
+    for (const pkgDir of [join(ROOT, 'packages', 'idempotency'), join(ROOT, 'packages', 'checker')]) {
       const { messages } = await publint({ pkgDir, level: 'warning', pack: 'npm' });
       expect(messages.map((m) => `${m.code} ${m.path.join('.')}`)).toEqual([]);
     }
@@ -177,7 +177,7 @@ const { version } = (await import('mcp-request-idempotency/package.json', { with
 console.log(version);`;
     const { stdout } = await run(process.execPath, ['--input-type=module', '-e', script], { cwd: consumer });
     expect(stdout.trim()).toBe(
-      JSON.parse(readFileSync(join(ROOT, 'idempotency', 'package.json'), 'utf8')).version,
+      JSON.parse(readFileSync(join(ROOT, 'packages', 'idempotency', 'package.json'), 'utf8')).version,
     );
   });
 

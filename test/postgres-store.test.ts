@@ -20,14 +20,14 @@ import {
   type PostgresStoreOptions,
 } from 'mcp-request-idempotency/postgres';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { POSTGRES_STATEMENT_TIMEOUT_MS } from './support/bounds.js';
+import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../processes/bounds.js';
 import {
   POSTGRES_SKIP_REASON,
   startPostgres,
   type TestPostgres,
   uniqueTablePrefix,
-} from './support/postgres.js';
-import { waitUntil } from './support/redis.js';
+} from '../processes/postgres.js';
+import { waitUntil } from '../processes/redis.js';
 
 const postgres = await startPostgres();
 if (!postgres) console.warn(POSTGRES_SKIP_REASON);

@@ -18,18 +18,18 @@ import {
 import { callTool, MODERN_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { DEFAULT_POSTGRES_APPLICATION_NAME } from 'mcp-request-idempotency/postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connect, type Era, type Peer } from '../checker/wire.js';
-import { balanceOf, connectToServer, ERAS, type ServerConnection } from '../launch.js';
-import { postRaw } from './support/hostile.js';
-import { connectHttp, connectHttpClient, type HttpInstance, startHttpInstance } from './support/http.js';
-import { type Attempt, chargeEach, type Operation } from './support/keyed-stream.js';
+import { connect, type Era, type Peer } from '../packages/checker/wire.js';
+import { balanceOf, connectToServer, ERAS, type ServerConnection } from '../processes/launch.js';
 import {
   POSTGRES_SKIP_REASON,
   startPostgres,
   type TestPostgres,
   uniqueTablePrefix,
-} from './support/postgres.js';
-import { waitUntil } from './support/redis.js';
+} from '../processes/postgres.js';
+import { waitUntil } from '../processes/redis.js';
+import { postRaw } from './support/hostile.js';
+import { connectHttp, connectHttpClient, type HttpInstance, startHttpInstance } from './support/http.js';
+import { type Attempt, chargeEach, type Operation } from './support/keyed-stream.js';
 import { describeSepCases, errorFrom, PEER_TIMEOUT_MS, textOf } from './support/sep-cases.js';
 import { connectStdio } from './support/stdio.js';
 import { describeTwoInstancesOn } from './support/two-instances.js';

@@ -15,16 +15,16 @@ import {
 } from 'mcp-request-idempotency';
 import { callTool, type KeyedToolCall } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connectToServer, type ServerConnection } from '../launch.js';
 import { ProviderLedger } from '../ledger.js';
-import { connectHttpClient, startHttpInstance } from './support/http.js';
+import { connectToServer, type ServerConnection } from '../processes/launch.js';
 import {
   PROVIDER_IMPLEMENTATIONS,
   type ProviderImplementation,
   type ProviderProcess,
   startProviderProcess,
-} from './support/provider.js';
-import { startRedis, uniqueKeyPrefix, waitUntil } from './support/redis.js';
+} from '../processes/provider.js';
+import { startRedis, uniqueKeyPrefix, waitUntil } from '../processes/redis.js';
+import { connectHttpClient, startHttpInstance } from './support/http.js';
 import { textOf } from './support/sep-cases.js';
 
 const redis = await startRedis();

@@ -14,10 +14,10 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { INSTALL_TIMEOUT_MS, START_TIMEOUT_MS } from './support/bounds.js';
+import { INSTALL_TIMEOUT_MS, START_TIMEOUT_MS } from '../processes/bounds.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-const README = readFileSync(join(ROOT, 'idempotency', 'README.md'), 'utf8');
+const README = readFileSync(join(ROOT, 'packages', 'idempotency', 'README.md'), 'utf8');
 const run = promisify(execFile);
 
 /** The fenced blocks of the README, by info string (`sh setup`, `ts src/server.ts`, …). */

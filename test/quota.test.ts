@@ -12,10 +12,10 @@ import {
 } from 'mcp-request-idempotency';
 import { RedisIdempotencyStore } from 'mcp-request-idempotency/redis';
 import { afterAll, describe, expect, it } from 'vitest';
+import { ManualClock } from '../hosting/in-process.js';
+import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix, waitUntil } from '../processes/redis.js';
 import { jsonRpcText } from './support/hostile.js';
 import { type HttpInstance, startHttpInstance } from './support/http.js';
-import { ManualClock } from './support/in-process.js';
-import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix, waitUntil } from './support/redis.js';
 
 const redis = await startRedis();
 if (!redis) console.warn(REDIS_SKIP_REASON);

@@ -25,7 +25,7 @@ import {
   type TestRedis,
   uniqueKeyPrefix,
   waitUntil,
-} from './support/redis.js';
+} from '../processes/redis.js';
 
 const redis = await startRedis();
 if (!redis) console.warn(REDIS_SKIP_REASON);

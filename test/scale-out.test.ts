@@ -7,9 +7,9 @@ import { randomUUID } from 'node:crypto';
 import { IdempotencyErrorType, idempotencyErrorOf } from 'mcp-request-idempotency';
 import { callTool } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ERAS } from '../launch.js';
+import { ERAS } from '../processes/launch.js';
+import { REDIS_SKIP_REASON, startRedis, type TestRedis, uniqueKeyPrefix } from '../processes/redis.js';
 import { connectHttp, connectHttpClient, type HttpInstance, startHttpInstance } from './support/http.js';
-import { REDIS_SKIP_REASON, startRedis, type TestRedis, uniqueKeyPrefix } from './support/redis.js';
 import { describeSepCases, textOf } from './support/sep-cases.js';
 import { describeTwoInstances } from './support/two-instances.js';
 

@@ -5,7 +5,7 @@ import { execFile } from 'node:child_process';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
-import { START_TIMEOUT_MS } from './support/bounds.js';
+import { START_TIMEOUT_MS } from '../processes/bounds.js';
 
 const ROOT = join(import.meta.dirname, '..');
 /** A test runs the server once: its start-up, with room. */

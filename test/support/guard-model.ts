@@ -20,9 +20,9 @@ import {
   idempotencyErrorOf,
 } from 'mcp-request-idempotency';
 import { callTool } from 'mcp-request-idempotency/client';
+import { connectInProcess, type InProcessConnection } from '../../hosting/in-process.js';
 import type { Ledger } from '../../ledger.js';
 import { SERVER_INFO } from '../../server.js';
-import { connectInProcess, type InProcessConnection } from './in-process.js';
 
 // --- The provider, with a gate the test opens ---
 

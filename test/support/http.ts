@@ -1,10 +1,10 @@
 // Real server processes serving stateless Streamable HTTP on loopback, and clients for them.
 
-import { connect, type Peer } from '../../checker/wire.js';
-import { connectHttpClient, type Era, startHttpInstance } from '../../launch.js';
+import { connect, type Peer } from '../../packages/checker/wire.js';
+import { connectHttpClient, type Era, startHttpInstance } from '../../processes/launch.js';
 import { type Connection, PEER_TIMEOUT_MS } from './sep-cases.js';
 
-export { connectHttpClient, type HttpInstance, startHttpInstance } from '../../launch.js';
+export { connectHttpClient, type HttpInstance, startHttpInstance } from '../../processes/launch.js';
 
 /** Alice may do everything with token-a and only read with token-r; bob is another caller. */
 const TOKENS = 'alice:token-a:charge+refund+read+admin,alice:token-r:read,bob:token-b';

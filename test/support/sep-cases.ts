@@ -1,6 +1,6 @@
 // The SEP-3182 cases, run against every transport the server speaks.
 //
-// The SEP's rules are not written here: they are the checker's (`checker/rules.ts`), each with
+// The SEP's rules are not written here: they are the checker's (`packages/checker/rules.ts`), each with
 // the sentence it quotes. Every rule a client can observe runs against the demo server over raw
 // JSON-RPC, as the checker runs it, and must hold; its case adds what the demo's ledger shows
 // afterwards. Then what only an SDK client sees (the stored response as the SDK hands it back,
@@ -18,9 +18,9 @@ import {
 import { callTool, callToolIdempotently, type KeyedToolCall } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { type CheckInputs, checkRule, RULES, Run, type Status } from '../../checker/rules.js';
-import type { Peer } from '../../checker/wire.js';
-import { balanceOf, resetLedger } from '../../launch.js';
+import { type CheckInputs, checkRule, RULES, Run, type Status } from '../../packages/checker/rules.js';
+import type { Peer } from '../../packages/checker/wire.js';
+import { balanceOf, resetLedger } from '../../processes/launch.js';
 
 export interface Connection {
   client: Client;

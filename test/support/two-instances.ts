@@ -8,10 +8,10 @@ import type { RedisClientType } from '@redis/client';
 import { IdempotencyErrorType, idempotencyErrorOf } from 'mcp-request-idempotency';
 import { callTool, MODERN_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { balanceOf, ERAS, postModern, resetLedger } from '../../launch.js';
+import { balanceOf, ERAS, postModern, resetLedger } from '../../processes/launch.js';
+import { commandsDuring, uniqueKeyPrefix } from '../../processes/redis.js';
 import { jsonRpcText } from './hostile.js';
 import { connectHttpClient, type HttpInstance, startHttpInstance } from './http.js';
-import { commandsDuring, uniqueKeyPrefix } from './redis.js';
 import { textOf } from './sep-cases.js';
 
 /** Where the instances keep their records and their ledger: one Redis, or a Redis Cluster. */

@@ -9,8 +9,8 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { MemoryIdempotencyStore } from 'mcp-request-idempotency';
 import { installIdempotencyGuard, verifyGuardSeesKeys } from 'mcp-request-idempotency/sdk-v1';
+import { batchDecisionLines, logDecision } from '../../hosting/log.js';
 import { MemoryLedger } from '../../ledger.js';
-import { batchDecisionLines, logDecision } from '../../log.js';
 import { parseServerArgs, registerDemoTools, SERVER_INFO, type ToolRegistry } from '../../server.js';
 
 const config = parseServerArgs(process.argv.slice(2));

@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { waitUntil } from './redis.js';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 
 /** Bound on waiting for the listening line: a provider that takes longer is broken, not slow. */
 const START_TIMEOUT_MS = 10_000;
@@ -37,8 +37,11 @@ export interface ProviderImplementation {
 
 /** Every provider the tests run against. Another implementation of the wire is one more line. */
 export const PROVIDER_IMPLEMENTATIONS: ProviderImplementation[] = [
-  { name: 'provider.ts', command: [join(ROOT, 'node_modules', '.bin', 'tsx'), join(ROOT, 'provider.ts')] },
-  // Written in Python from docs/provider-wire.md alone, by someone who had not read provider.ts.
+  {
+    name: 'provider/provider.ts',
+    command: [join(ROOT, 'node_modules', '.bin', 'tsx'), join(ROOT, 'provider', 'provider.ts')],
+  },
+  // Written in Python from docs/provider-wire.md alone, by someone who had not read provider/provider.ts.
   {
     name: 'an independent provider in Python',
     command: ['python3', join(ROOT, 'test', 'fixtures', 'provider', 'independent_provider.py')],

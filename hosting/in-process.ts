@@ -8,9 +8,9 @@ import { createMcpHandler, type RequestStateCodec } from '@modelcontextprotocol/
 import { serveStdio } from '@modelcontextprotocol/server/stdio';
 import type { DecisionEvent, IdempotencyStore } from 'mcp-request-idempotency';
 import { MODERN_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
-import { type AskUser, type Era, newClient } from '../../launch.js';
-import { type Ledger, MemoryLedger } from '../../ledger.js';
-import { createDemoServer, type RefundState } from '../../server.js';
+import { type Ledger, MemoryLedger } from '../ledger.js';
+import { type AskUser, type Era, newClient } from '../processes/launch.js';
+import { createDemoServer, type RefundState } from '../server.js';
 
 export interface InProcessOptions {
   store: IdempotencyStore;

@@ -27,9 +27,10 @@ import {
   LEGACY_PROTOCOL_VERSION,
   MODERN_PROTOCOL_VERSION,
 } from 'mcp-request-idempotency/client';
-import { START_TIMEOUT_MS } from './test/support/bounds.js';
+import { START_TIMEOUT_MS } from './bounds.js';
 
-const HERE = dirname(fileURLToPath(import.meta.url));
+/** The repository's root, where the demo's scripts are. */
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 
 /** The two protocol eras one server answers. */
 export type Era = typeof MODERN_PROTOCOL_VERSION | typeof LEGACY_PROTOCOL_VERSION;
@@ -41,7 +42,7 @@ const CLIENT_INFO = { name: 'sep-3182-client-demo', version: '0.1.0' };
 /**
  * Servers started from here write each decision line at once (`--log-flush-ms 0`): the demo
  * narrates, and the tests read, every decision as the call it belongs to is answered. A server
- * started by hand batches them (log.ts), and the benchmark measures it that way.
+ * started by hand batches them (hosting/log.ts), and the benchmark measures it that way.
  */
 const LOG_AT_ONCE = ['--log-flush-ms', '0'];
 
@@ -144,8 +145,8 @@ export async function connectToServer(
 ): Promise<ServerConnection> {
   const transport = new StdioClientTransport({
     command: process.execPath,
-    args: ['--import', 'tsx', join(HERE, script), ...LOG_AT_ONCE, ...args],
-    cwd: HERE,
+    args: ['--import', 'tsx', join(ROOT, script), ...LOG_AT_ONCE, ...args],
+    cwd: ROOT,
     env: getDefaultEnvironment(),
     stderr: 'pipe',
   });
@@ -222,9 +223,9 @@ export async function startHttpInstance(
 ): Promise<HttpInstance> {
   const child = spawn(
     process.execPath,
-    ['--import', 'tsx', join(HERE, 'server.ts'), '--http', '--port', '0', ...LOG_AT_ONCE, ...args],
+    ['--import', 'tsx', join(ROOT, 'server.ts'), '--http', '--port', '0', ...LOG_AT_ONCE, ...args],
     {
-      cwd: HERE,
+      cwd: ROOT,
       env: { DEMO_REQUEST_STATE_KEY: FLEET_REQUEST_STATE_KEY, ...process.env, ...env },
       stdio: ['ignore', 'ignore', 'pipe'],
     },

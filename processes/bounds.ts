@@ -1,4 +1,4 @@
-// --- How long a test waits for what is not what it tests ---
+// --- How long the demo, the bench and the tests wait for what is not what they are about ---
 //
 // A process starting, a server answering, npm installing: none of these is what a test is
 // about, and each takes several times longer when the machine is busy (CI machines are shared,
