@@ -23,7 +23,7 @@ import {
   type ToolCall,
 } from 'mcp-request-idempotency/client';
 import { z } from 'zod';
-import { connectInProcess } from '../hosting/in-process.js';
+import { connectInProcess } from '../processes/in-process.js';
 import { DEFAULT_LOG_FLUSH_MS } from '../hosting/log.js';
 import { MemoryLedger } from '../ledger.js';
 import { connectHttpClient, connectToServer, type Era, startHttpInstance } from '../processes/launch.js';

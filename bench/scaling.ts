@@ -15,7 +15,7 @@ import {
   LOCAL_SCOPE,
   MemoryIdempotencyStore,
 } from 'mcp-request-idempotency';
-import { connectInProcess } from '../hosting/in-process.js';
+import { connectInProcess } from '../processes/in-process.js';
 import { chargeResult, type Endpoint, makeVariants } from './calls.js';
 import { answerIfMain, int, interleave, type Report, table, us, type Variant } from './harness.js';
 

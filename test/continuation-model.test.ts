@@ -30,7 +30,7 @@ import {
   RedisIdempotencyStore,
 } from 'mcp-request-idempotency/redis';
 import { afterAll, describe, it } from 'vitest';
-import { connectInProcess } from '../hosting/in-process.js';
+import { connectInProcess } from '../processes/in-process.js';
 import { MemoryLedger } from '../ledger.js';
 import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../processes/bounds.js';
 import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../processes/postgres.js';

@@ -18,7 +18,7 @@ import {
 } from 'mcp-request-idempotency';
 import { callTool, LEGACY_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connectInProcess, ManualClock } from '../hosting/in-process.js';
+import { connectInProcess, ManualClock } from '../processes/in-process.js';
 import {
   type AskUser,
   balanceOf,

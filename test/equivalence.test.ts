@@ -15,7 +15,7 @@ import {
 } from 'mcp-request-idempotency';
 import { callTool } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connectInProcess, type InProcessConnection } from '../hosting/in-process.js';
+import { connectInProcess, type InProcessConnection } from '../processes/in-process.js';
 import { balanceOf } from '../processes/launch.js';
 import { errorFrom } from './support/sep-cases.js';
 

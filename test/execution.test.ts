@@ -21,7 +21,7 @@ import {
   type InProcessConnection,
   type InProcessOptions,
   ManualClock,
-} from '../hosting/in-process.js';
+} from '../processes/in-process.js';
 import type { ChargeOptions, Ledger, RefundOptions } from '../ledger.js';
 import { textOf } from './support/sep-cases.js';
 

@@ -16,7 +16,7 @@ import * as v1 from 'mcp-request-idempotency/sdk-v1';
 import * as v2 from 'mcp-request-idempotency/sdk-v2';
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { connectInProcess, type InProcessConnection, ManualClock } from '../hosting/in-process.js';
+import { connectInProcess, type InProcessConnection, ManualClock } from '../processes/in-process.js';
 import { MemoryLedger } from '../ledger.js';
 import { balanceOf } from '../processes/launch.js';
 import { errorFrom, textOf } from './support/sep-cases.js';

@@ -18,7 +18,7 @@ import {
 } from 'mcp-request-idempotency';
 import { callTool } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { connectInProcess } from '../hosting/in-process.js';
+import { connectInProcess } from '../processes/in-process.js';
 import {
   ChargeTally,
   describeMutation,

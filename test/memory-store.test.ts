@@ -3,7 +3,7 @@
 
 import { MemoryIdempotencyStore, type StoredResponse } from 'mcp-request-idempotency';
 import { describe, expect, it } from 'vitest';
-import { ManualClock } from '../hosting/in-process.js';
+import { ManualClock } from '../processes/in-process.js';
 
 const RESULT: StoredResponse = { result: { content: [{ type: 'text', text: 'ok' }] } };
 const id = (idempotencyKey: string) => ({ scope: 'alice', idempotencyKey });

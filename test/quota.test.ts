@@ -12,7 +12,7 @@ import {
 } from 'mcp-request-idempotency';
 import { RedisIdempotencyStore } from 'mcp-request-idempotency/redis';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ManualClock } from '../hosting/in-process.js';
+import { ManualClock } from '../processes/in-process.js';
 import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix, waitUntil } from '../processes/redis.js';
 import { jsonRpcText } from './support/hostile.js';
 import { type HttpInstance, startHttpInstance } from './support/http.js';

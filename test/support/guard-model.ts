@@ -20,7 +20,7 @@ import {
   idempotencyErrorOf,
 } from 'mcp-request-idempotency';
 import { callTool } from 'mcp-request-idempotency/client';
-import { connectInProcess, type InProcessConnection } from '../../hosting/in-process.js';
+import { connectInProcess, type InProcessConnection } from '../../processes/in-process.js';
 import type { Ledger } from '../../ledger.js';
 import { SERVER_INFO } from '../../server.js';
 
