@@ -23,9 +23,9 @@ import {
   type ToolCall,
 } from 'mcp-request-idempotency/client';
 import { z } from 'zod';
-import { connectInProcess } from '../processes/in-process.js';
 import { DEFAULT_LOG_FLUSH_MS } from '../hosting/log.js';
 import { MemoryLedger } from '../ledger.js';
+import { connectInProcess } from '../processes/in-process.js';
 import { connectHttpClient, connectToServer, type Era, startHttpInstance } from '../processes/launch.js';
 import { checkedCall, type Outcome, timed, type Variant } from './harness.js';
 

@@ -9,8 +9,8 @@ import { serveStdio } from '@modelcontextprotocol/server/stdio';
 import type { DecisionEvent, IdempotencyStore } from 'mcp-request-idempotency';
 import { MODERN_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { type Ledger, MemoryLedger } from '../ledger.js';
-import { type AskUser, type Era, newClient } from './launch.js';
 import { createDemoServer, type RefundState } from '../server.js';
+import { type AskUser, type Era, newClient } from './launch.js';
 
 export interface InProcessOptions {
   store: IdempotencyStore;

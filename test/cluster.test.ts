@@ -12,8 +12,8 @@ import {
 } from 'mcp-request-idempotency';
 import { RedisIdempotencyStore, type RedisStoreOptions, redisKeysOf } from 'mcp-request-idempotency/redis';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { connectInProcess, type InProcessConnection } from '../processes/in-process.js';
 import { MemoryLedger } from '../ledger.js';
+import { connectInProcess, type InProcessConnection } from '../processes/in-process.js';
 import { ERAS } from '../processes/launch.js';
 import {
   commandsDuring,

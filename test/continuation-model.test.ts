@@ -30,9 +30,9 @@ import {
   RedisIdempotencyStore,
 } from 'mcp-request-idempotency/redis';
 import { afterAll, describe, it } from 'vitest';
-import { connectInProcess } from '../processes/in-process.js';
 import { MemoryLedger } from '../ledger.js';
 import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../processes/bounds.js';
+import { connectInProcess } from '../processes/in-process.js';
 import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../processes/postgres.js';
 import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../processes/redis.js';
 import { type Answer, round } from './support/rounds.js';

@@ -6,7 +6,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { parseServerArgs } from '../server.js';
+import { parseServerArgs } from '../hosting/cli.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const DOCUMENTS = [

@@ -16,13 +16,13 @@ import {
 } from 'mcp-request-idempotency';
 import { callTool } from 'mcp-request-idempotency/client';
 import { afterEach, describe, expect, it } from 'vitest';
+import type { ChargeOptions, Ledger, RefundOptions } from '../ledger.js';
 import {
   connectInProcess,
   type InProcessConnection,
   type InProcessOptions,
   ManualClock,
 } from '../processes/in-process.js';
-import type { ChargeOptions, Ledger, RefundOptions } from '../ledger.js';
 import { textOf } from './support/sep-cases.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');

@@ -25,8 +25,8 @@ import {
   redisKeysOf,
 } from 'mcp-request-idempotency/redis';
 import { afterAll, describe, expect, it } from 'vitest';
-import { connectInProcess, type InProcessConnection } from '../processes/in-process.js';
 import type { Ledger } from '../ledger.js';
+import { connectInProcess, type InProcessConnection } from '../processes/in-process.js';
 import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix, waitUntil } from '../processes/redis.js';
 import { postRaw } from './support/hostile.js';
 import { type HttpInstance, startHttpInstance } from './support/http.js';

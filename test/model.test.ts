@@ -18,8 +18,8 @@ import {
   RedisIdempotencyStore,
 } from 'mcp-request-idempotency/redis';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ManualClock } from '../processes/in-process.js';
 import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../processes/bounds.js';
+import { ManualClock } from '../processes/in-process.js';
 import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../processes/postgres.js';
 import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../processes/redis.js';
 import {

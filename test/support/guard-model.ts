@@ -20,8 +20,8 @@ import {
   idempotencyErrorOf,
 } from 'mcp-request-idempotency';
 import { callTool } from 'mcp-request-idempotency/client';
-import { connectInProcess, type InProcessConnection } from '../../processes/in-process.js';
 import type { Ledger } from '../../ledger.js';
+import { connectInProcess, type InProcessConnection } from '../../processes/in-process.js';
 import { SERVER_INFO } from '../../server.js';
 
 // --- The provider, with a gate the test opens ---

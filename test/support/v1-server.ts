@@ -9,9 +9,10 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { MemoryIdempotencyStore } from 'mcp-request-idempotency';
 import { installIdempotencyGuard, verifyGuardSeesKeys } from 'mcp-request-idempotency/sdk-v1';
+import { parseServerArgs } from '../../hosting/cli.js';
 import { batchDecisionLines, logDecision } from '../../hosting/log.js';
 import { MemoryLedger } from '../../ledger.js';
-import { parseServerArgs, registerDemoTools, SERVER_INFO, type ToolRegistry } from '../../server.js';
+import { registerDemoTools, SERVER_INFO, type ToolRegistry } from '../../server.js';
 
 const config = parseServerArgs(process.argv.slice(2));
 batchDecisionLines(config.logFlushMs);

@@ -1,0 +1,123 @@
+// --- Where the demo server keeps its records and its balance ---
+//
+// The idempotency store and the ledger a charge mutates, opened from the command line's choice:
+// memory, Redis (or a Redis Cluster), Postgres, or a payment provider over HTTP. A store that
+// does not answer at start-up is one line for the operator: where, why, and what to do.
+
+import {
+  type IdempotencyStore,
+  MemoryIdempotencyStore,
+  StoreUnavailableError,
+} from 'mcp-request-idempotency';
+import { PostgresIdempotencyStore } from 'mcp-request-idempotency/postgres';
+import {
+  closeRedis,
+  connectRedis,
+  connectRedisCluster,
+  RedisIdempotencyStore,
+} from 'mcp-request-idempotency/redis';
+import { type Ledger, MemoryLedger, PostgresLedger, ProviderLedger, RedisLedger } from '../ledger.js';
+import { messageOf, type ServerConfig } from './cli.js';
+import { log } from './log.js';
+
+export interface Backends {
+  store: IdempotencyStore;
+  ledger: Ledger;
+  close(): Promise<void>;
+}
+
+/**
+ * The dedup store and the ledger: both in this process, or both shared in Redis or in Postgres
+ * (or the ledger in this process, whatever the store); or the ledger is a payment provider over
+ * HTTP, which every instance shares by itself.
+ */
+export async function openBackends(config: ServerConfig): Promise<Backends> {
+  return openStoreAndLedger(config).catch((error: unknown) => {
+    throw new Error(unreachableStore(config, error));
+  });
+}
+
+async function openStoreAndLedger(config: ServerConfig): Promise<Backends> {
+  const provider =
+    config.providerUrl &&
+    new ProviderLedger(config.providerUrl, {
+      sendKeys: config.providerKeys === 'derived',
+      timeoutMs: config.providerTimeoutMs,
+      keyRetentionMs: config.providerKeyRetentionMs,
+      onRetry: (retry) => log({ time: new Date().toISOString(), event: 'provider', retry: true, ...retry }),
+    });
+  const inProcess = config.ledger === 'memory' ? new MemoryLedger(config.chargeLatencyMs) : undefined;
+  if (config.store === 'memory') {
+    return {
+      store: new MemoryIdempotencyStore({
+        maxRecords: config.maxRecords,
+        maxRecordsPerScope: config.maxRecordsPerCaller,
+        maxBytesPerScope: config.maxBytesPerCaller,
+      }),
+      ledger: provider ?? new MemoryLedger(config.chargeLatencyMs),
+      close: async () => {},
+    };
+  }
+  if (config.store === 'postgres') {
+    const store = await PostgresIdempotencyStore.connect(config.postgresUrl ?? '', {
+      tablePrefix: `${config.postgresPrefix}idem_`,
+      maxRecordsPerScope: config.maxRecordsPerCaller,
+      maxBytesPerScope: config.maxBytesPerCaller,
+      onError: (error) => log({ event: 'postgres', error: String(error) }),
+    });
+    return {
+      store,
+      ledger:
+        provider ??
+        inProcess ??
+        (await PostgresLedger.open(store.pool, `${config.postgresPrefix}ledger_`, config.chargeLatencyMs)),
+      close: () => store.close(),
+    };
+  }
+  // Until connected, each failed attempt is the same error: the start-up failure names the
+  // first, once, rather than the log repeating it for every retry.
+  let connecting = true;
+  let firstError: unknown;
+  const onError = (error: unknown) => {
+    if (!connecting) log({ event: 'redis', error: String(error) });
+    else firstError ??= error;
+  };
+  const client = await (config.redisCluster
+    ? connectRedisCluster(config.redisCluster, { onError })
+    : connectRedis(config.redisUrl, { onError })
+  ).catch((error: unknown) => {
+    throw firstError ?? error;
+  });
+  connecting = false;
+  return {
+    store: new RedisIdempotencyStore(client, {
+      keyPrefix: `${config.redisPrefix}idem:`,
+      maxRecordsPerScope: config.maxRecordsPerCaller,
+      maxBytesPerScope: config.maxBytesPerCaller,
+    }),
+    ledger:
+      provider ??
+      inProcess ??
+      new RedisLedger(client, config.chargeLatencyMs, `${config.redisPrefix}ledger:balance`),
+    close: () => closeRedis(client),
+  };
+}
+
+/** What an operator reads when the store does not answer at start-up: where, why, and what to do. */
+function unreachableStore(config: ServerConfig, error: unknown): string {
+  const [store, where, flag] =
+    config.store === 'postgres'
+      ? ['Postgres', withoutPassword(config.postgresUrl ?? ''), '--postgres-url']
+      : config.redisCluster
+        ? ['the Redis Cluster', config.redisCluster.map(withoutPassword).join(','), '--redis-cluster']
+        : ['Redis', withoutPassword(config.redisUrl), '--redis-url'];
+  // The store's own wrapper says only "unavailable"; its cause says why.
+  const why = error instanceof StoreUnavailableError && error.cause !== undefined ? error.cause : error;
+  return `cannot reach ${store} at ${where} (${messageOf(why)}): start it, or give ${flag} of one that runs`;
+}
+
+function withoutPassword(raw: string): string {
+  const url = new URL(raw);
+  if (url.password) url.password = '***';
+  return url.href;
+}
