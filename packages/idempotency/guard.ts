@@ -5,11 +5,15 @@
 // off the wire, the caller's scope and a dispatch to call, and an adapter per SDK line
 // (`sdk-v2.ts`, `sdk-v1.ts`) puts it in front of that line's dispatch. `guardToolCall` reads top
 // to bottom as the SEP's algorithm: no key → validate → fingerprint → claim → conflict? → in
-// progress? → replay → execute once and record.
+// progress? → replay → execute once and record. The last step is `executeOnce`: run the dispatch
+// (its lease renewed), `settle` the claim with the answer (complete it, await input, or release
+// it), and answer the caller.
 //
+// One word per concept: the dispatch *answers*; the guard *settles* the claim with that answer;
+// a tool's *outcome* is whether its side effect happened, which a provider call may leave unknown.
 // Multi-round-trip calls (2026-07-28) are this project's choice, since the SEP leaves them out of
 // its scope: a round that answers `input_required` is not final; the key waits for its
-// continuation ("awaiting input"), and `settlementOf` at the bottom says how each answer settles it.
+// continuation ("awaiting input"), and `settlementOf` says how each answer settles it.
 
 import {
   IdempotencyErrorType,
@@ -22,6 +26,7 @@ import {
 import { runExecution, ToolExecution } from './execution.js';
 import { fingerprintToolCall } from './fingerprint.js';
 import { checkIdempotencyKey } from './key.js';
+import { type Caller, principalScope, ScopeUnknownError } from './scope.js';
 import type {
   Claim,
   ClaimTicket,
@@ -65,60 +70,6 @@ export const DEFAULT_LEASE_MS = 120_000;
  * `requestState` anyway, so holding the key longer would only replay a question nobody can answer.
  */
 export const DEFAULT_AWAITING_INPUT_RETENTION_MS = 600_000;
-
-/**
- * The scope of a request that carries no verified token: over stdio, the local user who started
- * the server; over HTTP without auth, whoever can reach it. Either way one authorization
- * boundary, so one scope.
- */
-export const LOCAL_SCOPE = 'local';
-
-/** The SDK's `AuthInfo`, as far as the guard reads it. */
-export interface CallerAuthInfo {
-  /** The OAuth client application: shared by every user of that app, so never a scope. */
-  clientId: string;
-  scopes?: readonly string[];
-  /** What the server's token verifier adds; the guard reads the subject, `sub`, from it. */
-  extra?: Record<string, unknown>;
-}
-
-/** What the guard needs to know of the caller, whichever SDK line read it from the request. */
-export interface Caller {
-  /** The verified bearer token, when the transport authenticated the request. */
-  authInfo?: CallerAuthInfo;
-}
-
-/**
- * The principal of an authenticated request: the subject of its verified token (a JWT's `sub`
- * claim, the `sub` of an RFC 7662 introspection answer), which the server's token verifier puts
- * in `authInfo.extra.sub`. The SDK's `AuthInfo` has no subject field of its own, and its
- * `clientId` names the OAuth client application, which every user of one app shares (with Client
- * ID Metadata Documents, one URL for all of them): scoped by it, one user's key would replay
- * another user's response. Undefined when the verifier said nothing.
- */
-export function principalOf(authInfo: CallerAuthInfo): string | undefined {
-  const sub = authInfo.extra?.sub;
-  return typeof sub === 'string' && sub !== '' ? sub : undefined;
-}
-
-/**
- * The default scope (SEP: records MUST be scoped to the authorization boundary that governs the
- * call). A request with a verified token is its principal's; one without is the local user's.
- * A verified token whose principal the server did not say has no scope: the guard refuses its
- * keyed calls rather than guess one, or put every caller in one.
- */
-export function principalScope(caller: Caller): string {
-  const { authInfo } = caller;
-  if (!authInfo) return LOCAL_SCOPE;
-  const principal = principalOf(authInfo);
-  if (principal === undefined) throw new ScopeUnknownError(Messages.principalUnknown);
-  return `principal:${principal}`;
-}
-
-/** Thrown by a `scopeOf` that cannot tell the caller's scope; the guard fails the keyed call closed. */
-export class ScopeUnknownError extends Error {
-  override readonly name = 'ScopeUnknownError';
-}
 
 export type Decision =
   | 'executed'
@@ -214,6 +165,7 @@ export function createToolCallGuard(options: IdempotencyGuardOptions): ToolCallG
 
 type GuardSettings = Required<IdempotencyGuardOptions> & { leases: LeaseRenewals };
 
+/** The SEP's algorithm for one `tools/call`, in its order. */
 async function guardToolCall(
   params: Readonly<Record<string, unknown>>,
   caller: Caller,
@@ -301,69 +253,134 @@ async function guardToolCall(
     return replay(claim.response);
   }
 
-  // The only path that executes. Whatever the dispatch answers is recorded, errors included,
-  // but for an answer that does not say what happened (see `settlementOf`). A tool that ignores
-  // the SDK's abort (a client that hung up, a stdio input that ended) runs to its end and its
-  // answer is recorded, so the retry replays it. While it runs, the lease is renewed: a live call
-  // never loses its claim, however long it takes.
-  const { store, leases } = settings;
-  const { ticket } = claim;
-  leases.add(ticket);
+  // The only path that executes: the claim is ours.
+  return executeOnce({ id, tool, continuation, ticket: claim.ticket, log }, dispatch, settings, signal);
+}
+
+// --- Execute once and record ---
+
+/** A keyed call whose claim the guard holds: what executing it and settling its claim need. */
+interface ClaimedCall {
+  id: RecordId;
+  tool: string;
+  continuation: boolean;
+  ticket: ClaimTicket;
+  log: DecisionLog;
+}
+
+/**
+ * Runs the dispatch once and settles the claim with its answer. Whatever the dispatch answers is
+ * recorded, errors included, but for an answer that does not say what happened (see
+ * `settlementOf`). A tool that ignores the SDK's abort (a client that hung up, a stdio input
+ * that ended) runs to its end and its answer is recorded, so the retry replays it.
+ */
+async function executeOnce(
+  call: ClaimedCall,
+  dispatch: Dispatch,
+  settings: GuardSettings,
+  signal: AbortSignal | undefined,
+): Promise<JsonObject> {
   // The tool runs in an execution context naming this record: its provider's key, and the
   // store's transaction, should the tool write where the record lives.
+  const { store } = settings;
   const { begin } = store;
   const execution = new ToolExecution(
-    id.scope,
-    tool,
-    idempotencyKey,
-    begin && (() => begin.call(store, ticket)),
+    call.id.scope,
+    call.tool,
+    call.id.idempotencyKey,
+    begin && (() => begin.call(store, call.ticket)),
   );
-  const outcome = await settle(() => runExecution(execution, dispatch));
-  leases.delete(ticket);
+  // While it runs, the lease is renewed: a live call never loses its claim, however long it takes.
+  const answer = await settings.leases.whileRunning(call.ticket, () =>
+    capture(() => runExecution(execution, dispatch)),
+  );
   // An error answered after the request was aborted is, as likely as not, the abort itself,
   // reaching a tool that honours it mid-call (a provider call given the signal): whether its
   // side effect happened is unknown. (Over HTTP the SDK fires the signal once the exchange ends,
   // which is after this: a signal aborted now was aborted while the tool ran.)
-  if (signal?.aborted && answeredError(outcome)) execution.markOutcomeUnknown(Messages.cancelledMidCall);
-  const settlement = settlementOf(outcome, continuation, execution);
-  let recorded = false;
+  if (signal?.aborted && answeredError(answer)) execution.markOutcomeUnknown(Messages.cancelledMidCall);
+  const settlement = settlementOf(answer, call.continuation, execution);
+  const settled = await settle(call, settlement, answer, settings, execution);
+  return answerTheCaller(call, settlement, settled, answer, settings, execution);
+}
+
+/**
+ * Settles the claim as `settlement` says (complete it, await input, or release it) and tells the
+ * operator what became of the call. True if the store settled it; false if the claim had lost its
+ * key or the store failed. A store failing here costs the record, not the answer: the caller still
+ * gets it, and only a retry of a lost answer could execute again, once the lease expires. That is
+ * the at-least-once window the SEP leaves to servers.
+ */
+async function settle(
+  { id, ticket, log }: ClaimedCall,
+  settlement: Settlement,
+  answer: Answer,
+  settings: GuardSettings,
+  execution: ToolExecution,
+): Promise<boolean> {
   try {
-    const { retentionMs, awaitingInputRetentionMs } = settings;
-    recorded =
-      settlement === 'executed'
-        ? await store.complete(ticket, outcome.stored, retentionMs)
-        : settlement === 'awaitingInput'
-          ? await store.awaitInput(ticket, outcome.stored, awaitingInputRetentionMs)
-          : await releaseSoon(store, ticket, settings.leaseMs);
-    if (settlement === 'storeFailed') {
-      // Logged below, with the answer.
-    } else if (settlement === 'outcomeUnknown')
+    const settled = await settleInStore(ticket, settlement, answer, settings);
+    // A store failure is logged with the answer (`answerTheCaller`).
+    if (settlement === 'storeFailed') return settled;
+    if (settlement === 'outcomeUnknown')
       log.decide('unrecorded', id, Messages.outcomeUnknown(execution.outcomeUnknown));
-    // Not recorded: the claim lost its key while the call ran (its renewals failed until the
-    // lease ran out and a retry claimed the key, or the store was cleared). The operator should know.
-    else if (recorded || settlement === 'continuationRefused') log.decide(settlement, id);
+    else if (settled || settlement === 'continuationRefused') log.decide(settlement, id);
+    // Not recorded: the claim lost its key while the call ran (its renewals failed until the lease
+    // ran out and a retry claimed the key, or the store was cleared). The operator should know.
     else log.decide('unrecorded', id, Messages.leaseOutlived);
+    return settled;
   } catch (error) {
-    // The caller still gets its answer; only a retry of a lost answer could execute again,
-    // once the lease expires. That is the at-least-once window the SEP leaves to servers.
     if (settlement !== 'storeFailed') log.decide('unrecorded', id, String(error));
+    return false;
   }
+}
+
+/** The store's side of settling: an answer to keep is completed or awaits input; nothing to keep, released. */
+function settleInStore(
+  ticket: ClaimTicket,
+  settlement: Settlement,
+  answer: Answer,
+  { store, retentionMs, awaitingInputRetentionMs, leaseMs }: GuardSettings,
+): Promise<boolean> {
+  switch (settlement) {
+    case 'executed':
+      return store.complete(ticket, answer.stored, retentionMs);
+    case 'awaitingInput':
+      return store.awaitInput(ticket, answer.stored, awaitingInputRetentionMs);
+    default:
+      return releaseSoon(store, ticket, leaseMs);
+  }
+}
+
+/** What the caller gets once the claim is settled: the dispatch's answer, unless it cannot be kept. */
+async function answerTheCaller(
+  { id, ticket, log }: ClaimedCall,
+  settlement: Settlement,
+  settled: boolean,
+  answer: Answer,
+  settings: GuardSettings,
+  execution: ToolExecution,
+): Promise<JsonObject> {
   // The tool could not get the record's transaction, so nothing it meant to write there was
   // written: its answer (an error of the store's) is not the operation's, and is not recorded.
   // The caller gets the store's own answer: nothing happened, retry later with the same key.
   if (settlement === 'storeFailed') {
     log.decide('storeUnavailable', id, String(execution.storeFailure));
-    throw idempotencyError(IdempotencyErrorType.storeUnavailable, Messages.storeUnavailable, idempotencyKey);
+    throw idempotencyError(
+      IdempotencyErrorType.storeUnavailable,
+      Messages.storeUnavailable,
+      id.idempotencyKey,
+    );
   }
   // The tool wrote in the record's transaction: unrecorded, its writes were rolled back with it
   // (or, if the commit's answer was lost, committed with it). Its answer would be a lie either way;
   // the retry with the same key replays or executes, once.
-  if (execution.inTransaction && !recorded && settlement !== 'continuationRefused') {
-    await releaseSoon(store, ticket, settings.leaseMs).catch(() => {});
-    throw idempotencyError(IdempotencyErrorType.storeUnavailable, Messages.rolledBack, idempotencyKey);
+  if (execution.inTransaction && !settled && settlement !== 'continuationRefused') {
+    await releaseSoon(settings.store, ticket, settings.leaseMs).catch(() => {});
+    throw idempotencyError(IdempotencyErrorType.storeUnavailable, Messages.rolledBack, id.idempotencyKey);
   }
-  if (outcome.threw) throw outcome.error;
-  return outcome.result;
+  if (answer.threw) throw answer.error;
+  return answer.result;
 }
 
 /**
@@ -419,16 +436,14 @@ function unkeyedScope(caller: Caller, scopeOf: (caller: Caller) => string): stri
  * - A round whose tool could not get the record's transaction (the store unreachable, its pool
  *   busy) settles nothing, and is answered as the store's failure: nothing was written, retry.
  */
-function settlementOf(
-  outcome: Outcome,
-  continuation: boolean,
-  execution: ToolExecution,
-): 'executed' | 'awaitingInput' | 'continuationRefused' | 'outcomeUnknown' | 'storeFailed' {
+function settlementOf(answer: Answer, continuation: boolean, execution: ToolExecution): Settlement {
   if (execution.storeFailure !== undefined) return 'storeFailed';
   if (execution.outcomeUnknown !== undefined) return 'outcomeUnknown';
-  if (!outcome.threw) return outcome.result.resultType === 'input_required' ? 'awaitingInput' : 'executed';
-  return continuation && isRefusedContinuation(outcome.stored.error) ? 'continuationRefused' : 'executed';
+  if (!answer.threw) return answer.result.resultType === 'input_required' ? 'awaitingInput' : 'executed';
+  return continuation && isRefusedContinuation(answer.stored.error) ? 'continuationRefused' : 'executed';
 }
+
+type Settlement = 'executed' | 'awaitingInput' | 'continuationRefused' | 'outcomeUnknown' | 'storeFailed';
 
 /**
  * Renews the lease of every claim whose call is still running, every third of the lease, so only
@@ -450,7 +465,7 @@ class LeaseRenewals {
     private readonly leaseMs: number,
   ) {}
 
-  add(ticket: ClaimTicket): void {
+  private add(ticket: ClaimTicket): void {
     this.running.add(ticket);
     if (this.timer) return;
     this.timer = setInterval(() => this.renewAll(), this.leaseMs / 3);
@@ -458,8 +473,14 @@ class LeaseRenewals {
     this.timer.unref();
   }
 
-  delete(ticket: ClaimTicket): void {
-    this.running.delete(ticket);
+  /** Runs `run` with `ticket`'s lease renewed until it ends. */
+  async whileRunning<T>(ticket: ClaimTicket, run: () => Promise<T>): Promise<T> {
+    this.add(ticket);
+    try {
+      return await run();
+    } finally {
+      this.running.delete(ticket);
+    }
   }
 
   private renewAll(): void {
@@ -505,12 +526,13 @@ class DecisionLog {
   }
 }
 
-type Outcome =
+/** What the dispatch answered, returned or thrown, and the response a store keeps of it. */
+type Answer =
   | { threw: false; result: JsonObject; stored: StoredResponse }
   | { threw: true; error: unknown; stored: { error: WireError } };
 
 /** Runs the dispatch, catching a synchronous throw too: an SDK's own parse may throw before any promise exists. */
-async function settle(run: Dispatch): Promise<Outcome> {
+async function capture(run: Dispatch): Promise<Answer> {
   try {
     const result = await run();
     return { threw: false, result, stored: { result } };
@@ -520,8 +542,8 @@ async function settle(run: Dispatch): Promise<Outcome> {
 }
 
 /** Whether the dispatch answered an error: a JSON-RPC error, or a tool result marked `isError`. */
-function answeredError(outcome: Outcome): boolean {
-  return outcome.threw || outcome.result.isError === true;
+function answeredError(answer: Answer): boolean {
+  return answer.threw || answer.result.isError === true;
 }
 
 function replay(response: StoredResponse): JsonObject {

@@ -8,7 +8,8 @@
 // (`sdk-v1.ts`, `sdk-v2.ts`) says how its line hands over the caller, and proves at start-up that
 // keys still arrive.
 
-import { type Caller, createToolCallGuard, type IdempotencyGuardOptions } from './guard.js';
+import { createToolCallGuard, type IdempotencyGuardOptions } from './guard.js';
+import type { Caller } from './scope.js';
 import type { JsonObject } from './store.js';
 
 /** A request handler as `Protocol` stores it: the raw request and the SDK's context in, a result (or a throw) out. */

@@ -13,4 +13,5 @@ export * from './fingerprint.js';
 export * from './guard.js';
 export * from './key.js';
 export * from './memory-store.js';
+export * from './scope.js';
 export * from './store.js';

@@ -22,9 +22,10 @@ import {
   type ServerRequest,
 } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { type Caller, IDEMPOTENCY_CAPABILITY, type IdempotencyGuardOptions } from './guard.js';
+import { IDEMPOTENCY_CAPABILITY, type IdempotencyGuardOptions } from './guard.js';
 import { guardToolsCallEntry } from './hook.js';
 import { MemoryIdempotencyStore } from './memory-store.js';
+import type { Caller } from './scope.js';
 
 type Extra = RequestHandlerExtra<ServerRequest, ServerNotification>;
 

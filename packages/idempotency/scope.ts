@@ -1,0 +1,61 @@
+// --- Whose record is it: the caller's scope ---
+//
+// SEP: "Servers MUST scope idempotency records to the authorization boundary that governs the
+// call." The guard asks `scopeOf(caller)` for that boundary on every keyed call; the default,
+// `principalScope`, is the principal of the verified token, or the local user without one.
+
+import { Messages } from './errors.js';
+
+/**
+ * The scope of a request that carries no verified token: over stdio, the local user who started
+ * the server; over HTTP without auth, whoever can reach it. Either way one authorization
+ * boundary, so one scope.
+ */
+export const LOCAL_SCOPE = 'local';
+
+/** The SDK's `AuthInfo`, as far as the guard reads it. */
+export interface CallerAuthInfo {
+  /** The OAuth client application: shared by every user of that app, so never a scope. */
+  clientId: string;
+  scopes?: readonly string[];
+  /** What the server's token verifier adds; the guard reads the subject, `sub`, from it. */
+  extra?: Record<string, unknown>;
+}
+
+/** What the guard needs to know of the caller, whichever SDK line read it from the request. */
+export interface Caller {
+  /** The verified bearer token, when the transport authenticated the request. */
+  authInfo?: CallerAuthInfo;
+}
+
+/**
+ * The principal of an authenticated request: the subject of its verified token (a JWT's `sub`
+ * claim, the `sub` of an RFC 7662 introspection answer), which the server's token verifier puts
+ * in `authInfo.extra.sub`. The SDK's `AuthInfo` has no subject field of its own, and its
+ * `clientId` names the OAuth client application, which every user of one app shares (with Client
+ * ID Metadata Documents, one URL for all of them): scoped by it, one user's key would replay
+ * another user's response. Undefined when the verifier said nothing.
+ */
+export function principalOf(authInfo: CallerAuthInfo): string | undefined {
+  const sub = authInfo.extra?.sub;
+  return typeof sub === 'string' && sub !== '' ? sub : undefined;
+}
+
+/**
+ * The default scope (SEP: records MUST be scoped to the authorization boundary that governs the
+ * call). A request with a verified token is its principal's; one without is the local user's.
+ * A verified token whose principal the server did not say has no scope: the guard refuses its
+ * keyed calls rather than guess one, or put every caller in one.
+ */
+export function principalScope(caller: Caller): string {
+  const { authInfo } = caller;
+  if (!authInfo) return LOCAL_SCOPE;
+  const principal = principalOf(authInfo);
+  if (principal === undefined) throw new ScopeUnknownError(Messages.principalUnknown);
+  return `principal:${principal}`;
+}
+
+/** Thrown by a `scopeOf` that cannot tell the caller's scope; the guard fails the keyed call closed. */
+export class ScopeUnknownError extends Error {
+  override readonly name = 'ScopeUnknownError';
+}
