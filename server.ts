@@ -3,7 +3,9 @@
 // The tools below carry no idempotency logic at all. `charge_guarded` and `charge_unguarded`
 // have the same body; they differ only in how the demo calls them (with and without an
 // `idempotencyKey`). Deduplication happens in the `tools/call` dispatch, installed by
-// `installIdempotencyGuard`, so it covers every tool.
+// `installIdempotencyGuard`, so it covers every tool: the SEP's algorithm, top to bottom, is
+// `guardToolCall` in packages/idempotency/guard.ts (in this repository the package's name
+// resolves to its sources: tsconfig.json's `paths`).
 //
 // Built on the current SDK line (@modelcontextprotocol/server 2.x): one factory serves the
 // 2026-07-28 stateless protocol (`server/discover`, per-request envelope) and 2025-11-25
@@ -12,7 +14,6 @@
 import { pathToFileURL } from 'node:url';
 import {
   acceptedContent,
-  createRequestStateCodec,
   inputRequired,
   inputResponse,
   McpServer,
@@ -25,7 +26,6 @@ import {
   ClaimsInFlight,
   type DecisionEvent,
   type IdempotencyStore,
-  principalOf,
   principalScope,
   providerKey,
 } from 'mcp-request-idempotency';
@@ -35,6 +35,7 @@ import { openBackends } from './hosting/backends.js';
 import { messageOf, readCommandLine } from './hosting/cli.js';
 import { parseBearerTokens } from './hosting/http.js';
 import { batchDecisionLines, logDecision } from './hosting/log.js';
+import { REQUEST_STATE_TTL_SECONDS, requestStateCodec } from './hosting/request-state.js';
 import { serve } from './hosting/serve.js';
 import type { Ledger } from './ledger.js';
 
@@ -211,33 +212,11 @@ export interface RefundState {
   amount: number;
 }
 
-/** How long a question may wait for its answer; the guard keeps an awaiting key as long. */
-export const REQUEST_STATE_TTL_SECONDS = 600;
-
-/**
- * The codec sealing `requestState` (HMAC, the v2 SDK's), bound to the method and the caller: a
- * state minted for alice's call is refused on bob's. `key` must be at least 32 bytes, the same on
- * every instance a continuation may reach.
- */
-export function refundStateCodec(
-  key: string | Uint8Array,
-  ttlSeconds = REQUEST_STATE_TTL_SECONDS,
-): RequestStateCodec<RefundState> {
-  return createRequestStateCodec<RefundState>({
-    key,
-    ttlSeconds,
-    bind: (ctx) => {
-      const authInfo = ctx.http?.authInfo;
-      return `${ctx.mcpReq.method}\0${authInfo ? (principalOf(authInfo) ?? '') : ''}`;
-    },
-  });
-}
-
 let processCodec: RequestStateCodec<RefundState> | undefined;
 
 /** A codec with a key of this process's own: enough when one process serves every round. */
 function processRequestStateCodec(): RequestStateCodec<RefundState> {
-  processCodec ??= refundStateCodec(crypto.getRandomValues(new Uint8Array(32)));
+  processCodec ??= requestStateCodec<RefundState>(crypto.getRandomValues(new Uint8Array(32)));
   return processCodec;
 }
 
@@ -343,7 +322,9 @@ async function main(): Promise<void> {
           ? undefined
           : parseBearerTokens(env.DEMO_BEARER_TOKENS, Object.values(DEMO_SCOPES), CALLER_SCOPES),
       requestState:
-        env.DEMO_REQUEST_STATE_KEY === undefined ? undefined : refundStateCodec(env.DEMO_REQUEST_STATE_KEY),
+        env.DEMO_REQUEST_STATE_KEY === undefined
+          ? undefined
+          : requestStateCodec<RefundState>(env.DEMO_REQUEST_STATE_KEY),
     }),
   );
   batchDecisionLines(config.logFlushMs);

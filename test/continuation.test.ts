@@ -18,6 +18,7 @@ import {
 } from 'mcp-request-idempotency';
 import { callTool, LEGACY_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { requestStateCodec } from '../hosting/request-state.js';
 import { connectInProcess, ManualClock } from '../processes/in-process.js';
 import {
   type AskUser,
@@ -34,7 +35,7 @@ import {
   uniqueKeyPrefix,
   waitUntil,
 } from '../processes/redis.js';
-import { refundStateCodec } from '../server.js';
+import type { RefundState } from '../server.js';
 import { type Answer, round } from './support/rounds.js';
 
 const REFUND = { name: 'refund_order', arguments: { orderId: 'A-1001', amount: 4200 } };
@@ -415,7 +416,7 @@ describe('hostile continuations', () => {
     const connection = await connectInProcess({
       store,
       askUser,
-      requestState: refundStateCodec(randomBytes(32), 1),
+      requestState: requestStateCodec<RefundState>(randomBytes(32), 1),
       awaitingInputRetentionMs: 1_000,
     });
     try {
