@@ -4,7 +4,8 @@
 // says otherwise. Spawns server.ts over stdio (an instant provider, and a slow one for the
 // scenarios that need a charge still running) and over stateless HTTP, runs the scenarios, and
 // ends with a table of every expectation. It exits non-zero if any failed, so CI runs it as an
-// end-to-end assertion.
+// end-to-end assertion. What every scenario uses, the narration, the table, the timings and the
+// rule for a backend that cannot start, is in scenarios/.
 
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
@@ -47,55 +48,27 @@ import {
   startProviderProcess,
 } from './processes/provider.js';
 import { startRedis } from './processes/redis.js';
+import {
+  backendFor,
+  DEMO_REDIS_PREFIX,
+  everyScenarioMustRun,
+  POSTGRES_ABSENT,
+  REDIS_ABSENT,
+} from './scenarios/backends.js';
+import {
+  errorFrom,
+  everyExpectationHeld,
+  expect,
+  heading,
+  printTable,
+  say,
+  sayAttempt,
+  textOf,
+} from './scenarios/narration.js';
+import { IMPATIENT_RETRIES, IMPATIENT_TIMEOUT_MS, SLOW_CHARGE_MS, sleep } from './scenarios/timings.js';
 
-/** A charge slow enough to overlap a duplicate, or to outlast a client's patience. */
-const SLOW_CHARGE_MS = 800;
-/** The demo client's per-request timeout in the lost-response scenario: well under the charge. */
-const IMPATIENT_TIMEOUT_MS = 250;
 /** When the broken-stream scenario cuts the connection: the charge is under way by then. */
 const BREAK_AFTER_MS = 200;
-
-// --- Small helpers the scenarios share ---
-
-function textOf(result: CallToolResult): string {
-  return result.content.map((part) => (part.type === 'text' ? part.text : `[${part.type}]`)).join(' ');
-}
-
-/** Runs `call` and returns what it threw (or undefined), for scenarios that expect an error. */
-async function errorFrom(call: Promise<unknown>): Promise<unknown> {
-  try {
-    await call;
-    return undefined;
-  } catch (error) {
-    return error;
-  }
-}
-
-// --- Narration and the expectation table ---
-
-interface Expectation {
-  scenario: string;
-  expectation: string;
-  passed: boolean;
-  observed: string;
-}
-
-const expectations: Expectation[] = [];
-
-function expect(scenario: string, expectation: string, passed: boolean, observed: string): void {
-  expectations.push({ scenario, expectation, passed, observed });
-  say(`  ${passed ? '✓' : '✗'} ${expectation} (${observed})`);
-}
-
-function say(line = ''): void {
-  process.stdout.write(`${line}\n`);
-}
-
-function heading(title: string, why: string): void {
-  say();
-  say(`== ${title}`);
-  say(`   ${why}`);
-}
 
 // --- The scenarios ---
 
@@ -133,7 +106,7 @@ async function keyedRetryReplays({ client }: ServerConnection): Promise<string> 
   const s = '2 keyed retry';
   heading('Scenario 2: the same retry with an idempotencyKey', 'charge_guarded(100) twice, one key.');
   await resetLedger(client);
-  const idempotencyKey = crypto.randomUUID();
+  const idempotencyKey = randomUUID();
   const call = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey };
   const first = await callTool(client, call);
   say(`  attempt 1 (key ${idempotencyKey}): ${textOf(first)}   <- pretend this response never arrived`);
@@ -201,7 +174,7 @@ async function duplicateInFlight({ client }: ServerConnection): Promise<void> {
     `The provider takes ${SLOW_CHARGE_MS} ms; the duplicate follows 100 ms later.`,
   );
   await resetLedger(client);
-  const call = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: crypto.randomUUID() };
+  const call = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: randomUUID() };
   const original = callTool(client, call);
   await new Promise((resolve) => setTimeout(resolve, 100));
   const sent = performance.now();
@@ -233,10 +206,7 @@ async function realLostResponse({ client }: ServerConnection): Promise<void> {
   const { result, attempts, idempotencyKey } = await callToolIdempotently(
     client,
     { name: 'charge_guarded', arguments: { amount: 100 } },
-    {
-      policy: { timeoutMs: IMPATIENT_TIMEOUT_MS, initialBackoffMs: 100, maxBackoffMs: 300, maxAttempts: 30 },
-      onAttempt: (a) => say(`  attempt ${a.attempt} at ${Math.round(a.elapsedMs)} ms: ${a.outcome}`),
-    },
+    { policy: IMPATIENT_RETRIES, onAttempt: sayAttempt },
   );
   say(`  final answer: ${textOf(result)}`);
   const outcomes = attempts.map((a) => a.outcome);
@@ -378,30 +348,10 @@ async function v1ClientSameDeduplication(): Promise<void> {
   }
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-function printTable(): void {
-  say();
-  say('== Expectations');
-  const width = Math.max(...expectations.map((e) => e.scenario.length));
-  for (const e of expectations)
-    say(`  ${e.passed ? '✓' : '✗'}  ${e.scenario.padEnd(width)}  ${e.expectation}`);
-  const failed = expectations.filter((e) => !e.passed).length;
-  say();
-  say(
-    failed === 0
-      ? `All ${expectations.length} expectations held.`
-      : `${failed} of ${expectations.length} expectations FAILED.`,
-  );
-}
-
 // --- Scale-out: two stateless HTTP instances sharing one Redis ---
 
 /** alice holds two tokens: one that may charge (and read), one that may only read. */
 const DEMO_TOKENS = { alice: 'token-a', aliceReadOnly: 'token-a-read', bob: 'token-b' };
-const DEMO_REDIS_PREFIX = 'sep3182:demo:';
 
 interface ScaleOut {
   a: HttpInstance;
@@ -444,12 +394,7 @@ async function retryLandsElsewhere({ a, b }: ScaleOut): Promise<void> {
       [viaA, viaB],
       { name: 'charge_guarded', arguments: { amount: 100 } },
       {
-        policy: {
-          timeoutMs: IMPATIENT_TIMEOUT_MS,
-          initialBackoffMs: 100,
-          maxBackoffMs: 300,
-          maxAttempts: 30,
-        },
+        policy: IMPATIENT_RETRIES,
         onAttempt: (t) =>
           say(
             `  attempt ${t.attempt} → instance ${t.client === 0 ? 'A' : 'B'} at ${Math.round(t.elapsedMs)} ms: ${t.outcome}`,
@@ -509,7 +454,7 @@ async function principalsShareNothing({ a, b }: ScaleOut): Promise<void> {
   if (!aliceA || !aliceB || !bobB || !bobA) throw new Error('unreachable: four clients were connected');
   try {
     await resetLedger(aliceA);
-    const idempotencyKey = crypto.randomUUID();
+    const idempotencyKey = randomUUID();
     const call = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey };
     const alice = await callTool(aliceA, call);
     const bob = await callTool(bobB, call);
@@ -627,15 +572,7 @@ async function refundAsksFirst(): Promise<void> {
     const { result, attempts } = await callToolIdempotently(
       server.client,
       { name: 'refund_order', arguments: { orderId: 'A-1001', amount: 4200 } },
-      {
-        policy: {
-          timeoutMs: IMPATIENT_TIMEOUT_MS,
-          initialBackoffMs: 100,
-          maxBackoffMs: 300,
-          maxAttempts: 30,
-        },
-        onAttempt: (a) => say(`  attempt ${a.attempt} at ${Math.round(a.elapsedMs)} ms: ${a.outcome}`),
-      },
+      { policy: IMPATIENT_RETRIES, onAttempt: sayAttempt },
     );
     say(`  final answer: ${textOf(result)}`);
     const outcomes = attempts.map((a) => a.outcome);
@@ -672,49 +609,6 @@ async function refundAsksFirst(): Promise<void> {
   }
 }
 
-// --- The backends of the later scenarios: a failure is never a skip ---
-//
-// A backend that is installed but does not start fails the demo with its own error: reported as
-// "not installed", a broken machine would pass. One that is not installed is a one-line skip for
-// a reader, and a failure where every scenario must run (CI=true, or `--scale` for Redis): CI
-// reads only the exit code, and a skip there would drop expectations without a word.
-
-const REDIS_ABSENT =
-  'no redis-server is installed and REDIS_URL is unset. `apt-get install redis-server` enables them';
-const POSTGRES_ABSENT =
-  'no PostgreSQL server binaries are installed and DATABASE_URL is unset. `apt-get install postgresql` enables them';
-
-/** Whether a missing backend fails the demo rather than skip its scenarios. */
-const everyScenarioMustRun = (): boolean => process.env.CI === 'true';
-
-/**
- * `start()`'s backend for `scenarios`, or undefined when they cannot run: not installed (`start`
- * resolves undefined), said on one line; or failed to start, a failed expectation with the error.
- */
-async function backendFor<T>(
-  scenarios: string,
-  start: () => Promise<T | undefined>,
-  absent: string,
-  required = everyScenarioMustRun(),
-): Promise<T | undefined> {
-  let backend: T | undefined;
-  try {
-    backend = await start();
-  } catch (error) {
-    heading(`${scenarios}: not run`, 'Their backend is installed, and did not start:');
-    const message = (error instanceof Error ? error.message : String(error)).trimEnd();
-    say(message.replace(/^/gm, '     '));
-    expect(scenarios, 'the backend they need started', false, message.split('\n')[0] ?? '');
-    return undefined;
-  }
-  if (backend === undefined) {
-    say();
-    say(`== ${scenarios}: skipped, ${absent}.`);
-    if (required) expect(scenarios, 'ran (every scenario must run here)', false, 'skipped');
-  }
-  return backend;
-}
-
 /**
  * Scenarios 9 to 11 need a Redis both instances share: a private redis-server on loopback when
  * one is installed (as the tests start), else the one at REDIS_URL.
@@ -744,13 +638,10 @@ async function clientOwnsItsRetries(): Promise<void> {
   const client = await connectHttpClient(instance.url);
   const attempts: Attempt[] = [];
   const shop = new IdempotentClient(client, await discoverCapabilities(client), {
-    timeoutMs: IMPATIENT_TIMEOUT_MS,
-    initialBackoffMs: 100,
-    maxBackoffMs: 300,
-    maxAttempts: 30,
+    ...IMPATIENT_RETRIES,
     onAttempt: (a) => {
       attempts.push(a);
-      say(`  attempt ${a.attempt} at ${Math.round(a.elapsedMs)} ms: ${a.outcome}`);
+      sayAttempt(a);
     },
   });
   try {
@@ -1072,7 +963,7 @@ async function main(): Promise<void> {
   if (!scaleOnly) await runProviderScenarios();
   await runPostgresScenarios();
   printTable();
-  process.exitCode = expectations.every((e) => e.passed) && expectations.length > 0 ? 0 : 1;
+  process.exitCode = everyExpectationHeld() ? 0 : 1;
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
