@@ -1,0 +1,88 @@
+// --- Scenario 16: Postgres, the records in the database the tool writes ---
+//
+// Two stateless HTTP instances on one Postgres, the balance a table beside the records. A keyed
+// charge writes through its record's transaction, so the charge and its record commit together
+// or not at all; and a claim names the database session of the instance holding it, so when that
+// instance dies its key is free at once, not after the two-minute lease.
+
+import { randomUUID } from 'node:crypto';
+import { isDeepStrictEqual } from 'node:util';
+import { DEFAULT_LEASE_MS } from 'mcp-request-idempotency';
+import { callTool } from 'mcp-request-idempotency/client';
+import { balanceOf, connectHttpClient, resetLedger, startHttpInstance } from '../processes/launch.js';
+import { startPostgres } from '../processes/postgres.js';
+import { backendFor, POSTGRES_ABSENT } from './backends.js';
+import { errorFrom, expect, heading, say, textOf } from './narration.js';
+import { SLOW_CHARGE_MS, sleep } from './timings.js';
+
+const DEMO_POSTGRES_PREFIX = 'sep3182_demo_';
+
+/** Scenario 16 needs Postgres: a private cluster when its server binaries are installed, else DATABASE_URL. */
+export async function runPostgresScenarios(): Promise<void> {
+  const postgres = await backendFor('Scenario 16 (Postgres)', startPostgres, POSTGRES_ABSENT);
+  if (!postgres) return;
+  try {
+    await twoInstancesOnPostgres(postgres.url);
+  } finally {
+    await postgres.drop(DEMO_POSTGRES_PREFIX);
+    await postgres.stop();
+  }
+}
+
+async function twoInstancesOnPostgres(postgresUrl: string): Promise<void> {
+  const s = '16 Postgres';
+  heading(
+    'Scenario 16: two instances on one Postgres; A killed mid-charge',
+    `The balance is a table in the same database; a keyed charge commits with its record. Default lease (${DEFAULT_LEASE_MS / 1000} s). Each charge takes ${SLOW_CHARGE_MS} ms between its write and its commit.`,
+  );
+  const args = [
+    '--store',
+    'postgres',
+    '--postgres-url',
+    postgresUrl,
+    '--postgres-prefix',
+    DEMO_POSTGRES_PREFIX,
+  ];
+  const [a, b] = await Promise.all([
+    startHttpInstance([...args, '--charge-latency-ms', String(SLOW_CHARGE_MS)]),
+    startHttpInstance([...args, '--charge-latency-ms', String(SLOW_CHARGE_MS)]),
+  ]);
+  const [viaA, viaB] = await Promise.all([connectHttpClient(a.url), connectHttpClient(b.url)]);
+  try {
+    await resetLedger(viaA);
+    const replayed = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: randomUUID() };
+    const first = await callTool(viaA, replayed);
+    const retry = await callTool(viaB, replayed);
+    say(`  on A: "${textOf(first)}"; the same key on B: "${textOf(retry)}"`);
+    expect(s, "a retry on B replays A's record", isDeepStrictEqual(first, retry), textOf(retry));
+
+    await resetLedger(viaA);
+    const killed = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: randomUUID() };
+    const lost = errorFrom(callTool(viaA, killed));
+    await sleep(SLOW_CHARGE_MS / 2); // A has written the charge, and not committed it
+    await a.kill();
+    await lost;
+    const killedAt = performance.now();
+    const answer = await callTool(viaB, killed);
+    const waited = Math.round(performance.now() - killedAt - SLOW_CHARGE_MS);
+    say(
+      `  A SIGKILLed mid-charge; the retry on B: "${textOf(answer)}", after ${waited} ms beyond its own charge`,
+    );
+    expect(
+      s,
+      "B took the dead holder's key at once (not after the lease) and executed",
+      textOf(answer) === 'Charged 100. New balance: 100' && waited < 1_000,
+      `${waited} ms`,
+    );
+    const balance = await balanceOf(viaB);
+    expect(
+      s,
+      "the ledger shows one charge: A's write was rolled back with its record",
+      balance === 100,
+      `balance ${balance}`,
+    );
+  } finally {
+    await Promise.allSettled([viaA.close(), viaB.close()]);
+    await Promise.allSettled([a.stop(), b.stop()]);
+  }
+}
