@@ -44,7 +44,7 @@
 //     or each would see the others' claims as dead.
 //
 // --- The tool's writes and the record, in one transaction ---
-// A tool that writes to the same database (`--ledger postgres` in the demo) may ask for the call's
+// A tool that writes to the same database (a balance, an order table) may ask for the call's
 // transaction (`postgresTransaction()`, through the guard's execution context): the store begins it
 // on a pooled connection (BEGIN, READ COMMITTED), the tool writes through it, and `complete`
 // records the response in it and commits: the side effect and its record are durable together, or
@@ -604,7 +604,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       throw new StoreUnavailableError(error);
     }
     // A checked-out client has no listener of the pool's: if its connection breaks while the
-    // tool holds it (Postgres restarted mid-charge), the unheard 'error' would kill the process.
+    // tool holds it (Postgres restarted mid-call), the unheard 'error' would kill the process.
     // Heard, it only fails the transaction's next statement, and the call fails closed.
     client.on('error', this.options.onError);
     try {

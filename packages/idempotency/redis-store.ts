@@ -113,9 +113,12 @@ export async function connectRedisCluster(
   const [first] = seedUrls;
   if (first === undefined) throw new RangeError('a Redis Cluster needs at least one seed URL');
   // The nodes node-redis discovers would be reached without TLS, whatever the seeds say (that
-  // takes `defaults.socket.tls`, and certificates this demo has no test for): refuse, loudly.
+  // takes `defaults.socket.tls`, and certificates this library has no test for): refuse, loudly,
+  // rather than send the records of a TLS deployment in the clear.
   if (seedUrls.some((url) => url.startsWith('rediss:'))) {
-    throw new RangeError('this demo connects to a Redis Cluster without TLS: use redis:// seed URLs');
+    throw new RangeError(
+      'connectRedisCluster does not support TLS (rediss://): the nodes it discovers would be reached without it; use redis:// seed URLs',
+    );
   }
   const connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_REDIS_CONNECT_TIMEOUT_MS;
   const cluster: RedisClusterType = createCluster({
@@ -307,7 +310,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   /**
-   * Uses a client someone else owns (to share one connection with a `RedisLedger`, say).
+   * Uses a client someone else owns (to share one connection with the server's own Redis data, say).
    * Make it with `connectRedis` or `connectRedisCluster`: a client with an offline queue makes
    * callers wait for the command timeout, instead of failing at once, while Redis is down.
    */
