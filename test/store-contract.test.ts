@@ -23,7 +23,7 @@ const [redis, cluster, postgres] = await Promise.all([startRedis(), startRedisCl
 if (!redis) console.warn(REDIS_SKIP_REASON);
 else if (!redis.owned) {
   console.warn(
-    'The full test skipped on Redis: it fills Redis up, so needs a private redis-server, not REDIS_URL',
+    'The full test is left out on Redis: it fills Redis up, so needs a private redis-server, not REDIS_URL',
   );
 }
 if (!cluster) console.warn(REDIS_CLUSTER_SKIP_REASON);
@@ -38,6 +38,11 @@ afterAll(async () => {
   await postgres?.drop(tablePrefix);
   await Promise.all([redis?.stop(), cluster?.stop(), postgres?.stop()]);
 });
+
+/** `count` stores, each opened on a connection of its own, as server instances open them. */
+function each<S>(count: number, open: () => Promise<S>): Promise<S[]> {
+  return Promise.all(Array.from({ length: count }, open));
+}
 
 // --- The memory store ---
 
@@ -85,11 +90,7 @@ describeStoreContract(
   'Redis',
   redis &&
     ((count, quotas) =>
-      Promise.all(
-        Array.from({ length: count }, () =>
-          RedisIdempotencyStore.connect(redis.url, { keyPrefix: redisPrefix, ...quotas }),
-        ),
-      )),
+      each(count, () => RedisIdempotencyStore.connect(redis.url, { keyPrefix: redisPrefix, ...quotas }))),
   {
     completesAfterLease: false,
     expiryOf: async (id: RecordId) => {
@@ -110,10 +111,8 @@ describeStoreContract(
   'a Redis Cluster',
   cluster &&
     ((count, quotas) =>
-      Promise.all(
-        Array.from({ length: count }, () =>
-          RedisIdempotencyStore.connectCluster(cluster.urls, { keyPrefix: clusterPrefix, ...quotas }),
-        ),
+      each(count, () =>
+        RedisIdempotencyStore.connectCluster(cluster.urls, { keyPrefix: clusterPrefix, ...quotas }),
       )),
   {
     completesAfterLease: false,
@@ -137,15 +136,13 @@ describeStoreContract(
   'Postgres',
   postgres &&
     ((count, quotas) =>
-      Promise.all(
-        Array.from({ length: count }, () =>
-          PostgresIdempotencyStore.connect(postgres.url, {
-            tablePrefix,
-            // A bound that leaves a busy machine room: the default's 1 s is a production setting.
-            statementTimeoutMs: POSTGRES_STATEMENT_TIMEOUT_MS,
-            ...quotas,
-          }),
-        ),
+      each(count, () =>
+        PostgresIdempotencyStore.connect(postgres.url, {
+          tablePrefix,
+          // A bound that leaves a busy machine room: the default's 1 s is a production setting.
+          statementTimeoutMs: POSTGRES_STATEMENT_TIMEOUT_MS,
+          ...quotas,
+        }),
       )),
   {
     completesAfterLease: false,
