@@ -41,6 +41,7 @@ import { runPostgresScenarios } from './scenarios/postgres.js';
 import { runProviderScenarios } from './scenarios/provider-hop.js';
 import { refundAsksFirst } from './scenarios/refund-asks-first.js';
 import { runScaleOutScenarios } from './scenarios/scale-out-on-redis.js';
+import { runSqliteScenarios } from './scenarios/sqlite.js';
 import { IMPATIENT_RETRIES, IMPATIENT_TIMEOUT_MS, SLOW_CHARGE_MS, sleep } from './scenarios/timings.js';
 import { v1ClientSameDeduplication } from './scenarios/v1-client.js';
 
@@ -311,6 +312,7 @@ async function main(): Promise<void> {
   if (!scaleOnly) await clientOwnsItsRetries();
   if (!scaleOnly) await runProviderScenarios();
   await runPostgresScenarios();
+  if (!scaleOnly) await runSqliteScenarios();
   printTable();
   process.exitCode = everyExpectationHeld() ? 0 : 1;
 }

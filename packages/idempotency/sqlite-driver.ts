@@ -107,7 +107,13 @@ export class SqliteConnection {
   /** Opens (creating if need be) the file at `path`; throws the binding's error, as `sqliteCodeOf` reads it. */
   static open(path: string): SqliteConnection {
     const { name, Database } = driver();
-    return new SqliteConnection(new Database(path), name);
+    try {
+      return new SqliteConnection(new Database(path), name);
+    } catch (error) {
+      // better-sqlite3 checks the folder itself, with an error of its own: SQLite's, either way.
+      if (sqliteCodeOf(error) !== undefined) throw error;
+      throw Object.assign(new Error(firstLine(error)), { code: 'SQLITE_CANTOPEN' });
+    }
   }
 
   /** Runs SQL text of any number of statements, without parameters (a schema, a pragma). */

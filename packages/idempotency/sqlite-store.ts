@@ -469,6 +469,8 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
     const settings = { ...options, busyTimeoutMs, synchronous, maxPages };
     let db: SqliteConnection | undefined;
     try {
+      if (statSync(path, { throwIfNoEntry: false })?.isDirectory())
+        throw new Error(`${path} is a folder: give the store the path of a file in it`);
       db = SqliteConnection.open(path);
       const opened = db;
       await untilNotBusy(performance.now() + busyTimeoutMs, () => {
@@ -985,6 +987,6 @@ function unavailable(path: string, error: unknown): StoreUnavailableError {
     SQLITE_FULL: `${path} is full (${said}): free disk space, or raise its size bound`,
     SQLITE_IOERR: `${path} could not be read or written (${said})`,
   };
-  const message = (code && what[code]) ?? `${path}: ${said}`;
+  const message = (code && what[code]) ?? (said.startsWith(path) ? said : `${path}: ${said}`);
   return new StoreUnavailableError(new Error(message, { cause: error }));
 }
