@@ -23,6 +23,7 @@ import { SqliteIdempotencyStore, type SqliteStoreOptions } from 'mcp-request-ide
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { SqliteLedger } from '../ledger.js';
 import { START_TIMEOUT_MS } from '../processes/bounds.js';
+import { waitUntil } from '../processes/redis.js';
 import {
   claimTicket,
   ERROR,
@@ -201,6 +202,30 @@ describe('several processes on one file', () => {
       );
     },
     3 * START_TIMEOUT_MS,
+  );
+});
+
+describe('the replays a process remembers', () => {
+  it(
+    'are forgotten once another process clears the file: the key executes again there',
+    async () => {
+      const file = newFile();
+      const server = await startWorker(file);
+      const key = randomUUID();
+      const first = await server.call(key);
+      expect(await server.call(key)).toStrictEqual(first);
+
+      await (await openStore(file)).clear();
+
+      // Within CLEAR_SEEN_WITHIN_MS (100 ms) the process sees the clear; until then it may replay.
+      let after = first;
+      await waitUntil(async () => {
+        after = await server.call(key);
+        return JSON.stringify(after) !== JSON.stringify(first);
+      });
+      expect([first, after]).toStrictEqual([charged(100, 100), charged(100, 200)]);
+    },
+    2 * START_TIMEOUT_MS,
   );
 });
 

@@ -38,15 +38,16 @@
 //   - A process crash (SIGKILL, OOM, a host that kills its stdio server): every committed record
 //     survives. The commit is in the kernel's page cache, which a dying process does not take
 //     with it. This is the failure a stdio server meets, and the one this store is for.
-//   - A power loss or kernel crash: the file stays consistent (never corrupt), but the last
-//     commits before it may be lost. A record so lost lets its retry execute again. A tool whose
-//     writes go to the same file in the record's transaction loses them with it (both or neither,
-//     still); a tool calling a provider is covered by the provider key (`providerKey`).
+//   - A power loss or kernel crash: the file stays consistent (never corrupt), but the commits of
+//     the last seconds may be lost (the kernel writes the WAL out by itself within about 30 s,
+//     Linux's dirty_expire_centisecs, checkpoint or not). A record so lost lets its retry execute
+//     again. A tool whose writes go to the same file in the record's transaction loses them with
+//     it (both or neither, still); a tool calling a provider is covered by its `providerKey`.
 // `synchronous: 'full'` fsyncs the WAL at every commit, so a record acknowledged survives a power
-// loss too, at the cost of an fsync per write transaction, two per first execution: measured
-// 0.67 ms a commit here against 0.04 ms with NORMAL (a 2-core VM's disk; docs/sqlite.md has the
-// figures). NORMAL is the default because the process crash is the case to survive, and an
-// fsync per write would cost a stdio call several times the guard's whole budget.
+// loss too, at the cost of an fsync per write transaction, two per first execution: a one-row
+// commit took 0.25 to 0.41 ms here against 0.02 ms at NORMAL (this project's 2-core VM; the bench
+// compares both over stdio, docs/sqlite.md). NORMAL is the default because the process crash is
+// the failure to survive, and two fsyncs would cost a stdio call more than the whole guard does.
 //
 // --- The tool's writes and the record, in one transaction ---
 // A tool whose writes go to the same file (a balance, an order table) may ask for the call's
@@ -81,6 +82,15 @@ import {
   sqliteDriverName,
   sqliteMessageOf,
 } from './sqlite-driver.js';
+import {
+  BusyError,
+  CLEAR_SEEN_WITHIN_MS,
+  type KnownReplays,
+  leftInProcess,
+  type ProcessWriteLock,
+  sharedInProcess,
+  slotOf,
+} from './sqlite-process.js';
 import {
   type Claim,
   type ClaimTicket,
@@ -182,7 +192,8 @@ export interface SqliteStoreOptions extends ScopeQuotaOptions {
 // `usage` is what each scope's rows add up to, expired or not, kept by every write: a claim reads
 // its caller's quota from one row, however many records the caller holds. `next_expiry` is a lower
 // bound of its rows' expiries: until then, none of them can have expired, and a caller at its
-// quota is refused without counting.
+// quota is refused without counting. `schema` holds the version, and how many times the file was
+// cleared: a process that remembers replays (sqlite-process.ts) forgets them when that changes.
 const SCHEMA = `
 CREATE TABLE sep3182_idem_records (
   scope           TEXT    NOT NULL,
@@ -205,7 +216,7 @@ CREATE TABLE sep3182_idem_usage (
   bytes       INTEGER NOT NULL,
   next_expiry INTEGER NOT NULL
 ) WITHOUT ROWID;
-CREATE TABLE sep3182_idem_schema (version INTEGER NOT NULL);
+CREATE TABLE sep3182_idem_schema (version INTEGER NOT NULL, clears INTEGER NOT NULL DEFAULT 0);
 INSERT INTO sep3182_idem_schema (version) VALUES (0);`;
 
 /**
@@ -264,72 +275,6 @@ const SQL = {
   orphan: `UPDATE sep3182_idem_records SET holder_pid = NULL, holder_started = NULL, holder_host = NULL
     WHERE token = ? AND state = 'inProgress'`,
 };
-
-// --- The writers of one file in this process ---
-
-/**
- * A lock of this process's own, one per file: every write transaction of every store on the file
- * in this process takes it first. SQLite's own lock orders writers across processes; this one
- * orders them within a process, so that a claim behind a tool's open transaction in the same
- * process waits its turn (FIFO) instead of polling for a lock its own process holds.
- */
-class ProcessWriteLock {
-  private held = false;
-  private readonly waiting: Array<() => void> = [];
-
-  /** Takes the lock if it is free, at once. */
-  tryTake(): boolean {
-    if (this.held) return false;
-    this.held = true;
-    return true;
-  }
-
-  /** Waits for the lock, in turn, until `deadline` (performance.now()); rejects past it. */
-  take(deadline: number): Promise<void> {
-    if (this.tryTake()) return Promise.resolve();
-    return new Promise((resolve, reject) => {
-      const granted = () => {
-        clearTimeout(timer);
-        resolve();
-      };
-      const timer = setTimeout(
-        () => {
-          const at = this.waiting.indexOf(granted);
-          if (at >= 0) this.waiting.splice(at, 1);
-          reject(new BusyError());
-        },
-        Math.max(0, deadline - performance.now()),
-      );
-      this.waiting.push(granted);
-    });
-  }
-
-  /** Hands the lock to the next in line, or frees it. */
-  give(): void {
-    const next = this.waiting.shift();
-    if (next) next();
-    else this.held = false;
-  }
-}
-
-/** Waited past the bound for the file's write lock. */
-class BusyError extends Error {
-  constructor() {
-    super('SQLITE_BUSY');
-    this.name = 'BusyError';
-  }
-}
-
-const writeLocks = new Map<string, ProcessWriteLock>();
-
-function writeLockOf(file: string): ProcessWriteLock {
-  let lock = writeLocks.get(file);
-  if (!lock) {
-    lock = new ProcessWriteLock();
-    writeLocks.set(file, lock);
-  }
-  return lock;
-}
 
 // --- What a tool writes through ---
 
@@ -427,6 +372,12 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
   private readonly busyTimeoutMs: number;
   private readonly now: () => number;
   private readonly lock: ProcessWriteLock;
+  /** The completed records this process knows of the file: their replays need no read. */
+  private readonly replays: KnownReplays;
+  /** The file's real path: what this process's stores on it share is under it. */
+  private readonly realPath: string;
+  /** Checks, while it remembers replays, whether another process cleared the file. */
+  private readonly clearsCheck: NodeJS.Timeout;
   /** The connection a tool's transaction runs on, opened the first time one is asked for. */
   private txConnection: SqliteConnection | undefined;
   /** The tool transaction open now, if any (one at a time: it holds the file's write lock). */
@@ -452,7 +403,16 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
     this.busyTimeoutMs = options.busyTimeoutMs ?? DEFAULT_SQLITE_BUSY_TIMEOUT_MS;
     this.now = options.now ?? Date.now;
     this.driver = db.driver;
-    this.lock = writeLockOf(realpathSync(path));
+    this.realPath = realpathSync(path);
+    const shared = sharedInProcess(this.realPath);
+    this.lock = shared.lock;
+    this.replays = shared.replays;
+    // The clear count the replays it will remember are checked against (the first store's, if shared).
+    const clears = db.get('SELECT clears FROM sep3182_idem_schema')?.clears;
+    if (typeof clears === 'number') this.replays.clears ??= clears;
+    this.clearsCheck = setInterval(() => this.seeClears(), CLEAR_SEEN_WITHIN_MS);
+    // A server with nothing else to do may exit.
+    this.clearsCheck.unref();
   }
 
   /**
@@ -504,6 +464,9 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
 
   async claim(id: RecordId, fingerprint: Fingerprint, leaseMs: number, continuation = false): Promise<Claim> {
     const lease = milliseconds(leaseMs);
+    // A completed record this process knows: replayed (or a conflict) with no read of the file.
+    const known = this.replays.get(slotOf(id.scope, id.idempotencyKey), this.now());
+    if (known) return { state: 'completed', fingerprint: known.fingerprint, response: known.response };
     const decide = (db: SqliteConnection) => this.claimIn(db, id, fingerprint, lease, continuation);
     let decision: ClaimDecision | undefined;
     try {
@@ -590,10 +553,13 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
   /** Deletes every record and every caller's usage (never the tables, never the file). */
   async clear(): Promise<void> {
     try {
-      await this.write((db) => {
+      const clears = await this.write((db) => {
         db.run('DELETE FROM sep3182_idem_records');
         db.run('DELETE FROM sep3182_idem_usage');
+        // Every process that remembers replays of the file sees this, and forgets them.
+        return db.get('UPDATE sep3182_idem_schema SET clears = clears + 1 RETURNING clears')?.clears;
       });
+      this.replays.forgetAll(typeof clears === 'number' ? clears : undefined);
     } catch (error) {
       throw unavailable(this.path, error);
     }
@@ -623,6 +589,7 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    clearInterval(this.clearsCheck);
     if (this.open) this.rollback({ token: this.open.token });
     const held = [...this.held];
     this.held.clear();
@@ -635,6 +602,24 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
     }
     this.txConnection?.close();
     this.db.close();
+    leftInProcess(this.realPath);
+  }
+
+  /**
+   * Forgets the replays this process knows once another process has cleared the file (its clear
+   * count changed), or once the count cannot be read: every CLEAR_SEEN_WITHIN_MS, while it knows any.
+   */
+  private seeClears(): void {
+    if (this.replays.size === 0) return;
+    let clears: unknown;
+    try {
+      clears = this.db.get('SELECT clears FROM sep3182_idem_schema')?.clears;
+    } catch {
+      // Unreadable now: forget them, rather than answer from them unchecked.
+    }
+    if (typeof clears !== 'number') this.replays.forgetAll(undefined);
+    else if (this.replays.clears === undefined) this.replays.clears = clears;
+    else if (clears !== this.replays.clears) this.replays.forgetAll(clears);
   }
 
   // --- Each operation's transaction ---
@@ -669,7 +654,23 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
       if (sqliteCodeOf(error) === 'SQLITE_BUSY') return undefined;
       throw error;
     }
-    return row && answerOf(heldRow(row), this.now(), fingerprint, continuation);
+    return row && this.answerOf(id, heldRow(row), this.now(), fingerprint, continuation);
+  }
+
+  /** `answerOf`, remembering a completed record it reads, for its next replay. */
+  private answerOf(
+    id: RecordId,
+    held: HeldRow,
+    now: number,
+    fingerprint: Fingerprint,
+    continuation: boolean,
+  ): Claim | undefined {
+    const answer = answerOf(held, now, fingerprint, continuation);
+    if (answer?.state === 'completed') {
+      const replay = { ...answer, expiresAt: held.expiresAt, characters: held.bytes };
+      this.replays.remember(slotOf(id.scope, id.idempotencyKey), replay);
+    }
+    return answer;
   }
 
   /** The claim, in a write transaction: the record's state read, and decided. */
@@ -683,7 +684,7 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
     const now = this.now();
     const found = db.get(SQL.find, id.scope, id.idempotencyKey);
     const held = found && heldRow(found);
-    const answer = held && answerOf(held, now, fingerprint, continuation);
+    const answer = held && this.answerOf(id, held, now, fingerprint, continuation);
     if (answer) return answer;
     this.checkStillThere();
     const token = randomUUID();
@@ -764,6 +765,16 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
     const json = JSON.stringify(response);
     this.held.delete(ticket.token);
     const record = (db: SqliteConnection) => this.settleIn(db, ticket, state, json, retention);
+    // Committed, a completed record is known for its replays.
+    const recorded = (expiresAt: number | undefined) => {
+      if (expiresAt === undefined) return false;
+      if (state === 'completed') {
+        const { fingerprint } = ticket;
+        const replay = { fingerprint, response, expiresAt, characters: json.length };
+        this.replays.remember(slotOf(ticket.scope, ticket.idempotencyKey), replay);
+      }
+      return true;
+    };
     const open = this.open;
     if (open?.token === ticket.token) {
       this.open = undefined;
@@ -771,9 +782,9 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
       const { db } = open;
       if (!open.tx.failed) {
         try {
-          const settled = record(db);
-          db.run(settled ? 'COMMIT' : 'ROLLBACK');
-          return settled;
+          const expiresAt = record(db);
+          db.run(expiresAt === undefined ? 'ROLLBACK' : 'COMMIT');
+          return recorded(expiresAt);
         } catch (error) {
           rollBack(db);
           throw unavailable(this.path, error);
@@ -787,28 +798,29 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
       this.lock.give();
     }
     try {
-      return await this.write(record);
+      return recorded(await this.write(record));
     } catch (error) {
       throw unavailable(this.path, error);
     }
   }
 
+  /** The claim settled, in a write transaction: the record's expiry, or undefined if the claim lost its key. */
   private settleIn(
     db: SqliteConnection,
     ticket: ClaimTicket,
     state: 'completed' | 'awaitingInput',
     json: string,
     retentionMs: number,
-  ): boolean {
+  ): number | undefined {
     const now = this.now();
     const mine = [ticket.scope, ticket.idempotencyKey, ticket.token, now] as const;
     const claim = db.get(SQL.mine, ...mine);
-    if (!claim) return false;
+    if (!claim) return undefined;
     const expiresAt = now + retentionMs;
     db.run(SQL.settle, state, json, json.length, expiresAt, ...mine);
     // The key may already count the bytes of the awaiting-input record it resumed.
     db.run(SQL.count, ticket.scope, 0, json.length - integer(claim.bytes), expiresAt);
-    return true;
+    return expiresAt;
   }
 
   /** Nothing ran: a fresh claim's row goes; a continuation's puts back the record it took over. */
