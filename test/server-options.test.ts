@@ -113,13 +113,13 @@ describe('a start-up mistake', () => {
       'a SQLite file in a folder that is not there',
       ['--store', 'sqlite', '--sqlite-path', '/nonexistent-sep3182/records.sqlite'],
       1,
-      /^server\.ts: cannot open \/nonexistent-sep3182\/records\.sqlite \(.+\): is its folder there, and may this process create files in it\? \(--sqlite-path\)$/,
+      /^server\.ts: cannot open \/nonexistent-sep3182\/records\.sqlite \(.+\): is its folder there, and may this process create files in it\? \(--sqlite-path\)/,
     ],
     [
       'a folder for a SQLite file',
       ['--store', 'sqlite', '--sqlite-path', ROOT],
       1,
-      /^server\.ts: \/.+ is a folder: give the store the path of a file in it \(--sqlite-path\)$/,
+      /^server\.ts: \/.+ is a folder: give the store the path of a file in it \(--sqlite-path\)/,
     ],
     [
       'a Redis that does not answer',
