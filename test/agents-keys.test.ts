@@ -124,6 +124,7 @@ describe('the tools/call the key goes on', () => {
   });
 
   it('goes without a key outside a tool call, and keeps a key the caller gave it', async () => {
+    const warnings: string[] = [];
     const transport = transportWithIdempotencyKeys(new RecordingTransport());
     await transport.send(toolsCall('charge', { amount: 1 }));
     const tools = withIdempotencyKeys(
@@ -135,10 +136,11 @@ describe('the tools/call the key goes on', () => {
           },
         },
       },
-      { thread: 'chat-1' },
+      { thread: 'chat-1', onWarning: (w) => warnings.push(w) },
     );
     await tools.charge.execute({}, options('call_0'));
     expect(transport.keys()).toStrictEqual([undefined, 'mine']);
+    expect(warnings).toStrictEqual([]);
   });
 });
 

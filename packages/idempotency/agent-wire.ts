@@ -49,9 +49,10 @@ class ServerOnTheWire {
   keyed(message: object): object {
     if (field(message, 'method') !== 'tools/call') return message;
     const params = field(message, 'params');
-    if (typeof params !== 'object' || params === null || 'idempotencyKey' in params) return message;
+    if (typeof params !== 'object' || params === null) return message;
     const idempotencyKey = ownedIdempotencyKey(field(params, 'name'), field(params, 'arguments'));
-    if (idempotencyKey === undefined) return message;
+    // A key the caller chose stays: whoever sends the call that way owns its retries.
+    if (idempotencyKey === undefined || 'idempotencyKey' in params) return message;
     if (this.advertises === false) {
       this.warn(AgentKeyWarnings.notAdvertised(this.describe()));
       return message;
