@@ -37,6 +37,8 @@ export interface LangChainAgentOptions {
   checkpointer?: BaseCheckpointSaver;
   /** Where the adapter's warnings go (default `console.warn`). */
   onWarning?: (message: string) => void;
+  /** How long the agent waits for a tool's answer before that attempt fails (default: the SDK's 60 s). */
+  toolTimeoutMs?: number;
 }
 
 export interface LangChainAgent {
@@ -66,7 +68,7 @@ export async function connectLangChainAgent(options: LangChainAgentOptions): Pro
     transport.stderr?.on('data', (chunk: Buffer) => stderrLines.push(...chunk.toString('utf8').split('\n')));
     await client.connect(keyed ? transportWithIdempotencyKeys(transport, { onWarning }) : transport);
   }
-  const tools = await loadMcpTools('payments', client);
+  const tools = await loadMcpTools('payments', client, { defaultToolTimeout: options.toolTimeoutMs });
   // Enough answers for a run, its resume and a replay: the charge, then "done" whenever asked again.
   const model = fakeModel()
     .respondWithTools([CHARGE_CALL])

@@ -10,6 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { MemoryLedger } from '../ledger.js';
 import { startFaultProxy } from '../processes/fault-proxy.js';
 import { balanceThrough, connectLangChainAgent, type Endpoint } from '../processes/langchain-agent.js';
+import { startHttpInstance } from '../processes/launch.js';
 import { agentTestBed, CHARGE_TOOL, chargeKeys } from './support/agents.js';
 import { startBareHttpServer } from './support/http.js';
 
@@ -53,6 +54,31 @@ describe('toolRetryMiddleware runs a tool call again when its answer was lost (a
     expect(checkIdempotencyKey(key)).toStrictEqual({ ok: true, key });
     expect(retried).toBe(key);
     expect(answer).toContain('Charged 100. New balance: 100');
+  });
+});
+
+describe('the retry middleware turned on with the adapter in: a retry that meets the charge still running', () => {
+  it('is answered in progress, nothing starting twice, and retried until it gets the stored answer', async () => {
+    // The charge takes 800 ms; the agent gives up on each attempt after 200 ms and retries with
+    // waits (200 ms, doubling) that add up to far more than the charge.
+    const slow = await startHttpInstance(['--charge-latency-ms', '800']);
+    const { agent, close } = await connectLangChainAgent({
+      endpoint: { url: slow.url },
+      keyed: true,
+      toolTimeoutMs: 200,
+      middleware: [toolRetryMiddleware({ initialDelayMs: 200, maxRetries: 6, onFailure: 'error' })],
+    });
+    try {
+      await agent.invoke(prompt);
+    } finally {
+      await close();
+      await slow.stop(5_000);
+    }
+    const decided = slow.decisions().map((d) => d.decision);
+    expect(decided).toContain('inProgress');
+    expect(decided.filter((d) => d === 'executed')).toHaveLength(1);
+    expect(decided.at(-1)).toBe('replayed');
+    expect(new Set(slow.decisions().map((d) => d.idempotencyKey)).size).toBe(1);
   });
 });
 
