@@ -56,7 +56,6 @@ export function agentToolCallKey(call: AgentToolCall): string {
 /** One tool call of the model's, under way. */
 interface KeyedExecution {
   idempotencyKey: string;
-  tool: string;
   /**
    * The tools/call the key belongs to: the first one sent while the tool runs, which is the
    * tool's own (the framework's MCP tool sends it before anything else can happen). A retry
@@ -90,7 +89,7 @@ export async function runWithToolCallKey<T>(
   run: () => Promise<T>,
   warn: Warn,
 ): Promise<T> {
-  const execution: KeyedExecution = { idempotencyKey: agentToolCallKey(call), tool: call.tool, seen: false };
+  const execution: KeyedExecution = { idempotencyKey: agentToolCallKey(call), seen: false };
   const result = await executions.run(execution, run);
   // Only an answered call says anything: one that failed may have failed before it was sent.
   if (!execution.seen) warn(AgentKeyWarnings.unseen(call.tool));

@@ -5,7 +5,8 @@
 // write into each tools/call the key of the tool call it belongs to (agent-call.ts). On the way
 // they read the server's answer to initialize or server/discover: a server that does not advertise
 // `tools.idempotency` gets its calls exactly as before, without a key, and the program is told so
-// once. (A key it never saw the answer for still goes: the SEP lets a client send one anyway.)
+// once. (A call to a server whose answer never passed a wrapper still carries the key: the SEP
+// lets a client send one anyway.)
 
 import { AgentKeyWarnings, onceEach, ownedIdempotencyKey, type Warn } from './agent-call.js';
 import { advertisesIdempotency, field } from './capability.js';
