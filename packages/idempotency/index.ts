@@ -4,7 +4,8 @@
 // (@modelcontextprotocol/sdk 1.x). Neither is re-exported here, so a server pulls in one SDK.
 // The Redis store is imported on its own (`./redis-store.js`) for the same reason: a server that
 // keeps its records in memory, or in a store of its own, needs no Redis client.
-// The client helpers (`./client.js`) are on @modelcontextprotocol/client 2.x.
+// The client helpers (`./client.js`) are on @modelcontextprotocol/client 2.x. The OpenTelemetry
+// figures (`./otel.js`) are on @opentelemetry/api, which a server that does not import them needs not.
 
 export * from './claims-in-flight.js';
 export * from './errors.js';
