@@ -194,6 +194,8 @@ function decisionsIn(stderrLines: string[]): Array<Record<string, unknown>> {
 export interface HttpInstance {
   pid: number;
   url: URL;
+  /** Where it serves Prometheus text, when started with `--metrics-port`. */
+  metricsUrl: URL | undefined;
   stderrLines: string[];
   /** The guard's decision log lines, parsed. */
   decisions(): Array<Record<string, unknown>>;
@@ -269,9 +271,14 @@ export async function startHttpInstance(
     await exited;
     clearTimeout(timer);
   };
+  // Logged before the listening line, once the metrics server listens.
+  const metrics = stderrLines
+    .map((line) => /"event":"metrics","url":"([^"]+)"/.exec(line)?.[1])
+    .find(Boolean);
   return {
     pid,
     url,
+    metricsUrl: metrics === undefined ? undefined : new URL(metrics),
     stderrLines,
     decisions: () => decisionsIn(stderrLines),
     kill: () => end('SIGKILL', 0),
