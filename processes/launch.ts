@@ -321,8 +321,9 @@ export interface RawRequest {
 }
 
 /**
- * POSTs one 2026-07-28 request as raw JSON-RPC: the envelope in `params._meta`, and the
- * `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers the revision requires over HTTP.
+ * POSTs one 2026-07-28 request as raw JSON-RPC: the envelope in `params._meta` (beside whatever
+ * `_meta` the request carries, a trace context), and the `MCP-Protocol-Version`, `Mcp-Method` and
+ * `Mcp-Name` headers the revision requires over HTTP.
  */
 export function postModern(
   url: URL,
@@ -345,7 +346,7 @@ export function postModern(
       jsonrpc: '2.0',
       id: request.id,
       method: request.method,
-      params: { ...request.params, _meta: MODERN_ENVELOPE },
+      params: { ...request.params, _meta: { ...Object(request.params._meta), ...MODERN_ENVELOPE } },
     }),
     signal,
   });
