@@ -85,6 +85,8 @@ beforeAll(async () => {
     '@modelcontextprotocol/node',
     '@modelcontextprotocol/sdk',
     '@opentelemetry/api',
+    '@opentelemetry/sdk-metrics',
+    '@opentelemetry/exporter-prometheus',
     '@redis/client',
     'pg',
     '@types/pg',
