@@ -95,7 +95,7 @@ type Observable = Pick<IdempotencyGuardOptions, 'store' | 'onDecision'>;
 export function observeIdempotency<T extends Observable>(
   options: T,
   telemetry: IdempotencyTelemetryOptions = {},
-): T {
+): T & Required<Observable> {
   const meter = (telemetry.meterProvider ?? metrics.getMeterProvider()).getMeter(INSTRUMENTATION_SCOPE);
   // The metrics API binds no meter late: one from its no-op provider (no SDK registered yet) stays a
   // no-op for good. Then there is nothing to count or time, and a decision costs only the look at the
