@@ -5,6 +5,7 @@
 // must never be in it.
 
 import { randomUUID } from 'node:crypto';
+import { createServer } from 'node:http';
 import type { Client } from '@modelcontextprotocol/client';
 import { SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import {
@@ -178,6 +179,51 @@ describe('a server with --metrics-port, scraped over HTTP after the SEP cases', 
   it('never holds a key, a principal or a token, in any byte of the scrape', () => {
     expect(keys).toHaveLength(4);
     expect(leaksIn(scraped.text, keys)).toStrictEqual([]);
+  });
+});
+
+describe('a server whose environment names an OTLP endpoint', () => {
+  it('sends it the spans and the figures, the last flushed as it stops, and never a key or principal', async () => {
+    // A collector of the demo's own, on loopback: it keeps what it is sent.
+    const received: Array<{ path: string; body: string }> = [];
+    const collector = createServer((request, response) => {
+      let body = '';
+      request.on('data', (chunk: Buffer) => {
+        body += chunk.toString('utf8');
+      });
+      request.on('end', () => {
+        received.push({ path: request.url ?? '', body });
+        response.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+      });
+    });
+    await new Promise<void>((resolve) => collector.listen(0, '127.0.0.1', resolve));
+    const address = collector.address();
+    if (address === null || typeof address === 'string') throw new Error('no TCP port from the OS');
+    const { port } = address;
+    try {
+      const server = await startHttpInstance([], {
+        OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}`,
+        DEMO_BEARER_TOKENS: TOKENS,
+      });
+      const alice = await connectHttpClient(server.url, { token: 'token-alice' });
+      const call = { name: 'charge_guarded', arguments: { amount: 1 }, idempotencyKey: randomUUID() };
+      await callTool(alice, call);
+      await callTool(alice, call);
+      await alice.close();
+      await server.stop();
+      const sent = (path: string) =>
+        received
+          .filter((r) => r.path === path)
+          .map((r) => r.body)
+          .join('\n');
+      const digest = scopedKeyDigest({ scope: 'principal:alice', idempotencyKey: call.idempotencyKey });
+      expect(sent('/v1/traces')).toContain(digest);
+      expect(sent('/v1/traces')).toContain('"stringValue":"replayed"');
+      expect(sent('/v1/metrics')).toContain(IdempotencyMetrics.decisions);
+      expect(leaksIn(received.map((r) => r.body).join('\n'), [call.idempotencyKey])).toStrictEqual([]);
+    } finally {
+      collector.close();
+    }
   });
 });
 
