@@ -27,6 +27,7 @@ import {
 } from './processes/launch.js';
 import { everyScenarioMustRun } from './scenarios/backends.js';
 import { clientOwnsItsRetries } from './scenarios/client-owned-retries.js';
+import { decisionsScraped } from './scenarios/decisions-scraped.js';
 import {
   errorFrom,
   everyExpectationHeld,
@@ -311,6 +312,7 @@ async function main(): Promise<void> {
   if (!scaleOnly) await clientOwnsItsRetries();
   if (!scaleOnly) await runProviderScenarios();
   await runPostgresScenarios();
+  if (!scaleOnly) await decisionsScraped();
   printTable();
   process.exitCode = everyExpectationHeld() ? 0 : 1;
 }
