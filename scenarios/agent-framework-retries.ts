@@ -1,4 +1,4 @@
-// --- Scenario 17: the agent framework retries the tool call itself ---
+// --- Scenario 18: the agent framework retries the tool call itself ---
 //
 // Most retries that charge twice are not the application's: they are the agent framework's,
 // and its MCP client sends no key. A LangChain agent (createAgent, toolRetryMiddleware, the MCP
@@ -12,9 +12,9 @@ import { balanceOf, connectHttpClient, resetLedger, startHttpInstance } from '..
 import { expect, heading, say } from './narration.js';
 
 export async function agentFrameworkRetries(): Promise<void> {
-  const s = '17 agent framework retries';
+  const s = '18 agent framework retries';
   heading(
-    'Scenario 17: the agent framework retries the tool call itself',
+    'Scenario 18: the agent framework retries the tool call itself',
     `A LangChain agent asks for ${CHARGE_CALL.name}(100) (tool-call id ${CHARGE_CALL.id}); a proxy answers 502 once the server has run it, and toolRetryMiddleware runs the call again. Stateless HTTP.`,
   );
   const instance = await startHttpInstance();

@@ -1,19 +1,14 @@
-// The Postgres store against a real Postgres: the store contract as the Redis store keeps it
-// (SEP-3182, stateless deployments), plus what only Postgres can tell: a claim whose process
-// died is free at once, and a completed record outlives a restart of Postgres itself.
+// The Postgres store against a real Postgres: what only Postgres can get wrong. The store contract
+// every store keeps (claims, replays, leases, retention, continuations, quotas) is
+// test/store-contract.test.ts; here, a tool's writes in its record's transaction, each caller's
+// usage row, the statements each decision costs, a claim whose process died freed at once, records
+// kept across a restart of Postgres itself, and failing closed when Postgres is down or frozen.
 
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import {
-  type ClaimTicket,
-  DEFAULT_MAX_BYTES_PER_SCOPE,
-  DEFAULT_MAX_RECORDS_PER_SCOPE,
-  type RecordId,
-  type StoredResponse,
-  StoreUnavailableError,
-} from 'mcp-request-idempotency';
+import { type ClaimTicket, type RecordId, StoreUnavailableError } from 'mcp-request-idempotency';
 import {
   type PostgresConnectOptions,
   PostgresIdempotencyStore,
@@ -28,6 +23,19 @@ import {
   uniqueTablePrefix,
 } from '../processes/postgres.js';
 import { waitUntil } from '../processes/redis.js';
+import {
+  claimTicket,
+  continuationTicket,
+  ERROR,
+  expectUnavailableWithin,
+  FINGERPRINT,
+  LEASE_MS,
+  newId,
+  OTHER_FINGERPRINT,
+  RESULT,
+  RETENTION_MS,
+  SHORT_MS,
+} from './support/store-fixtures.js';
 
 const postgres = await startPostgres();
 if (!postgres) console.warn(POSTGRES_SKIP_REASON);
@@ -40,25 +48,6 @@ const needsOwnServer = !postgres?.owned;
 
 const prefix = uniqueTablePrefix('store');
 const records = `${prefix}records`;
-const LEASE_MS = 120_000;
-const RETENTION_MS = 300_000;
-/** Short enough to watch a record expire within a test. */
-const SHORT_MS = 200;
-
-const FINGERPRINT = 'fingerprint-of-charge_guarded(100)';
-const OTHER_FINGERPRINT = 'fingerprint-of-charge_guarded(999)';
-
-const RESULT: StoredResponse = {
-  result: {
-    content: [{ type: 'text', text: 'Charged 100. New balance: 100 — “ok” \u{1F4B3}' }],
-    structuredContent: { charged: 100, balance: 100, ratio: 0.1, nothing: null, list: [1, 'two', false] },
-    isError: false,
-    _meta: { 'example.com/trace': { id: 'abc' } },
-  },
-};
-const ERROR: StoredResponse = {
-  error: { code: -32603, message: 'provider timed out', data: { retryable: true, detail: [null, 0] } },
-};
 
 function server(): TestPostgres {
   if (!postgres) throw new Error('unreachable: these tests are skipped without Postgres');
@@ -93,24 +82,6 @@ afterAll(async () => {
   await postgres?.stop();
 });
 
-const newId = (scope = 'alice'): RecordId => ({ scope, idempotencyKey: randomUUID() });
-
-async function claimTicket(
-  store: PostgresIdempotencyStore,
-  id: RecordId,
-  leaseMs = LEASE_MS,
-): Promise<ClaimTicket> {
-  const claim = await store.claim(id, FINGERPRINT, leaseMs);
-  if (claim.state !== 'claimed') throw new Error(`expected a claim, got ${claim.state}`);
-  return claim.ticket;
-}
-
-async function continuationTicket(store: PostgresIdempotencyStore, id: RecordId): Promise<ClaimTicket> {
-  const claim = await store.claim(id, FINGERPRINT, LEASE_MS, true);
-  if (claim.state !== 'claimed') throw new Error(`expected the continuation's claim, got ${claim.state}`);
-  return claim.ticket;
-}
-
 /** The row behind a store's back, with what is left of its lease or retention in ms. */
 async function rowOf(id: RecordId) {
   const { rows } = await server().admin.query<{ state: string; left_ms: number; holder_pid: number | null }>(
@@ -120,75 +91,6 @@ async function rowOf(id: RecordId) {
   );
   return rows[0];
 }
-
-describe.skipIf(!postgres)('claim and complete', () => {
-  it('claims a key nobody holds', async () => {
-    const store = await openStore();
-    const id = newId();
-
-    const claim = await store.claim(id, FINGERPRINT, LEASE_MS);
-
-    expect(claim).toMatchObject({ state: 'claimed', ticket: { ...id, fingerprint: FINGERPRINT } });
-  });
-
-  it('answers inProgress, with the original fingerprint, while the first claim is executing', async () => {
-    const store = await openStore();
-    const id = newId();
-    await claimTicket(store, id);
-
-    expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
-      state: 'inProgress',
-      fingerprint: FINGERPRINT,
-    });
-    expect(await store.claim(id, OTHER_FINGERPRINT, LEASE_MS)).toStrictEqual({
-      state: 'inProgress',
-      fingerprint: FINGERPRINT,
-    });
-  });
-
-  it('replays a stored result after complete, byte for byte as the dispatch answered it', async () => {
-    const store = await openStore();
-    const id = newId();
-    expect(await store.complete(await claimTicket(store, id), RESULT, RETENTION_MS)).toBe(true);
-
-    const replay = await store.claim(id, FINGERPRINT, LEASE_MS);
-
-    expect(replay).toStrictEqual({ state: 'completed', fingerprint: FINGERPRINT, response: RESULT });
-    if (replay.state !== 'completed') throw new Error('unreachable');
-    expect(JSON.stringify(replay.response)).toBe(JSON.stringify(RESULT));
-  });
-
-  it('replays a stored error response exactly, with and without data', async () => {
-    const store = await openStore();
-    const withData = newId();
-    const withoutData = newId();
-    const bare: StoredResponse = { error: { code: -32602, message: 'Invalid arguments' } };
-    await store.complete(await claimTicket(store, withData), ERROR, RETENTION_MS);
-    await store.complete(await claimTicket(store, withoutData), bare, RETENTION_MS);
-
-    expect(await store.claim(withData, FINGERPRINT, LEASE_MS)).toStrictEqual({
-      state: 'completed',
-      fingerprint: FINGERPRINT,
-      response: ERROR,
-    });
-    expect(await store.claim(withoutData, FINGERPRINT, LEASE_MS)).toStrictEqual({
-      state: 'completed',
-      fingerprint: FINGERPRINT,
-      response: bare,
-    });
-  });
-
-  it('hands a claim of a completed key under other arguments the original fingerprint, for the conflict', async () => {
-    const store = await openStore();
-    const id = newId();
-    await store.complete(await claimTicket(store, id), RESULT, RETENTION_MS);
-
-    expect(await store.claim(id, OTHER_FINGERPRINT, LEASE_MS)).toMatchObject({
-      state: 'completed',
-      fingerprint: FINGERPRINT,
-    });
-  });
-});
 
 describe.skipIf(!postgres)("a tool's writes in its record's transaction", () => {
   // What a tool writes through `begin`'s connection: one row per write, under its record's key.
@@ -309,157 +211,7 @@ describe.skipIf(!postgres)("a tool's writes in its record's transaction", () => 
   });
 });
 
-describe.skipIf(!postgres)('scope isolation', () => {
-  it('keeps the same idempotencyKey under two scopes as two independent records', async () => {
-    const store = await openStore();
-    const alice = newId('alice');
-    const bob: RecordId = { scope: 'bob', idempotencyKey: alice.idempotencyKey };
-    await store.complete(await claimTicket(store, alice), RESULT, RETENTION_MS);
-
-    expect((await store.claim(bob, OTHER_FINGERPRINT, LEASE_MS)).state).toBe('claimed');
-    expect(await store.claim(alice, FINGERPRINT, LEASE_MS)).toMatchObject({
-      state: 'completed',
-      response: RESULT,
-    });
-  });
-
-  it('never confuses a scope and a key that concatenate to the same text', async () => {
-    const store = await openStore();
-    const key = randomUUID();
-    await claimTicket(store, { scope: 'team:a', idempotencyKey: key });
-
-    const claim = await store.claim({ scope: 'team', idempotencyKey: `a:${key}` }, FINGERPRINT, LEASE_MS);
-
-    expect(claim.state).toBe('claimed');
-  });
-});
-
-describe.skipIf(!postgres)('claim is atomic across instances', () => {
-  it('of 40 concurrent claims of one key from two instances, on many connections, exactly one is claimed', async () => {
-    const [one, two] = await Promise.all([openStore(), openStore()]);
-    const id = newId();
-
-    const claims = await Promise.all(
-      Array.from({ length: 40 }, (_, i) => (i % 2 === 0 ? one : two).claim(id, `fingerprint-${i}`, LEASE_MS)),
-    );
-
-    const winners = claims.flatMap((claim) => (claim.state === 'claimed' ? [claim.ticket] : []));
-    expect(winners).toHaveLength(1);
-    const others = claims.filter((claim) => claim.state !== 'claimed');
-    expect(others).toStrictEqual(
-      Array(39).fill({ state: 'inProgress', fingerprint: winners[0]?.fingerprint }),
-    );
-    // The claims really ran side by side: each pool opened more than one session.
-    expect(one.pool.totalCount + two.pool.totalCount).toBeGreaterThan(2);
-  });
-});
-
-describe.skipIf(!postgres)(
-  'lease: an instance that hangs mid-execution does not block its key forever',
-  () => {
-    it('expires an in-progress claim that is never completed after leaseMs, then lets the key be claimed', async () => {
-      const store = await openStore();
-      const id = newId();
-      const started = performance.now();
-      await claimTicket(store, id, SHORT_MS);
-      const row = await rowOf(id);
-      expect(row?.left_ms).toBeGreaterThan(0);
-      expect(row?.left_ms).toBeLessThanOrEqual(SHORT_MS);
-
-      expect((await store.claim(id, FINGERPRINT, SHORT_MS)).state).toBe('inProgress');
-      await waitUntil(async () => (await store.claim(id, FINGERPRINT, LEASE_MS)).state === 'claimed');
-
-      expect(performance.now() - started).toBeGreaterThanOrEqual(SHORT_MS - 10);
-    });
-
-    it('ignores a complete with a stale ticket: the newer claim keeps the key', async () => {
-      const [stalled, survivor] = await Promise.all([openStore(), openStore()]);
-      const id = newId();
-      const stale = await claimTicket(stalled, id, SHORT_MS);
-      let fresh: ClaimTicket | undefined;
-      await waitUntil(async () => {
-        const claim = await survivor.claim(id, OTHER_FINGERPRINT, LEASE_MS);
-        if (claim.state === 'claimed') fresh = claim.ticket;
-        return fresh !== undefined;
-      });
-
-      expect(await stalled.complete(stale, ERROR, RETENTION_MS)).toBe(false);
-
-      expect(await survivor.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
-        state: 'inProgress',
-        fingerprint: OTHER_FINGERPRINT,
-      });
-      if (!fresh) throw new Error('unreachable');
-      expect(await survivor.complete(fresh, RESULT, RETENTION_MS)).toBe(true);
-      expect(await survivor.claim(id, OTHER_FINGERPRINT, LEASE_MS)).toMatchObject({ response: RESULT });
-    });
-
-    it('records nothing when a claim completes after its lease expired and nobody re-claimed', async () => {
-      const store = await openStore();
-      const id = newId();
-      const stale = await claimTicket(store, id, SHORT_MS);
-      await waitUntil(async () => (await rowOf(id)) === undefined);
-
-      expect(await store.complete(stale, RESULT, RETENTION_MS)).toBe(false);
-
-      expect(await rowOf(id)).toBeUndefined();
-      expect((await store.claim(id, FINGERPRINT, LEASE_MS)).state).toBe('claimed');
-    });
-  },
-);
-
-describe.skipIf(!postgres)('renewing a live claim', () => {
-  it("extends the claim's lease, as another connection sees it", async () => {
-    const store = await openStore();
-    const id = newId();
-    const ticket = await claimTicket(store, id, SHORT_MS);
-
-    expect(await store.renew(ticket, LEASE_MS)).toBe(true);
-
-    const row = await rowOf(id);
-    expect(row?.left_ms).toBeGreaterThan(LEASE_MS - 5_000);
-    expect(row?.left_ms).toBeLessThanOrEqual(LEASE_MS);
-    await new Promise((resolve) => setTimeout(resolve, 2 * SHORT_MS));
-    expect((await store.claim(id, FINGERPRINT, LEASE_MS)).state).toBe('inProgress');
-  });
-
-  it('does nothing for a claim that lost its key: another claim keeps its lease, an expired key stays free', async () => {
-    const [stalled, survivor] = await Promise.all([openStore(), openStore()]);
-    const id = newId();
-    const stale = await claimTicket(stalled, id, SHORT_MS);
-    await waitUntil(async () => (await rowOf(id)) === undefined);
-    expect(await stalled.renew(stale, LEASE_MS)).toBe(false);
-    expect(await rowOf(id)).toBeUndefined();
-
-    const fresh = await claimTicket(survivor, id, SHORT_MS);
-    expect(await stalled.renew(stale, LEASE_MS)).toBe(false);
-    expect((await rowOf(id))?.left_ms).toBeLessThanOrEqual(SHORT_MS);
-    expect(await survivor.renew(fresh, LEASE_MS)).toBe(true);
-  });
-
-  it('does nothing for a completed record: its retention stands', async () => {
-    const store = await openStore();
-    const id = newId();
-    const ticket = await claimTicket(store, id);
-    await store.complete(ticket, RESULT, SHORT_MS);
-
-    expect(await store.renew(ticket, LEASE_MS)).toBe(false);
-    expect((await rowOf(id))?.left_ms).toBeLessThanOrEqual(SHORT_MS);
-  });
-});
-
 describe.skipIf(!postgres)('retention', () => {
-  it('treats a completed record as gone after retentionMs, and the key executes again', async () => {
-    const store = await openStore();
-    const id = newId();
-    await store.complete(await claimTicket(store, id), RESULT, SHORT_MS);
-    expect((await store.claim(id, FINGERPRINT, LEASE_MS)).state).toBe('completed');
-
-    await waitUntil(async () => (await rowOf(id)) === undefined);
-
-    expect((await store.claim(id, FINGERPRINT, LEASE_MS)).state).toBe('claimed');
-  });
-
   it('deletes expired rows as later claims write, so the table does not grow with dead records', async () => {
     const store = await openStore();
     const scope = `prune-${randomUUID()}`;
@@ -470,142 +222,6 @@ describe.skipIf(!postgres)('retention', () => {
 
     const { rows } = await server().admin.query(`SELECT 1 FROM ${records} WHERE scope = $1`, [scope]);
     expect(rows).toHaveLength(0);
-  });
-});
-
-describe.skipIf(!postgres)('multi-round-trip calls: awaiting input, continuation, release', () => {
-  async function awaiting(store: PostgresIdempotencyStore, id: RecordId): Promise<void> {
-    expect(await store.awaitInput(await claimTicket(store, id), RESULT, RETENTION_MS)).toBe(true);
-  }
-
-  it('answers a repeat of the opening round awaitingInput, with the question it stored', async () => {
-    const store = await openStore();
-    const id = newId();
-    await awaiting(store, id);
-
-    expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
-      state: 'awaitingInput',
-      fingerprint: FINGERPRINT,
-      response: RESULT,
-    });
-  });
-
-  it('lets a continuation of the same fingerprint take the key over, and no second one at once', async () => {
-    const [one, two] = await Promise.all([openStore(), openStore()]);
-    const id = newId();
-    await awaiting(one, id);
-
-    const continuations = await Promise.all([
-      one.claim(id, FINGERPRINT, LEASE_MS, true),
-      two.claim(id, FINGERPRINT, LEASE_MS, true),
-    ]);
-
-    expect(continuations.map((claim) => claim.state).sort()).toStrictEqual(['claimed', 'inProgress']);
-  });
-
-  it('refuses the takeover to a continuation of another fingerprint', async () => {
-    const store = await openStore();
-    const id = newId();
-    await awaiting(store, id);
-
-    expect(await store.claim(id, OTHER_FINGERPRINT, LEASE_MS, true)).toMatchObject({
-      state: 'awaitingInput',
-      fingerprint: FINGERPRINT,
-    });
-  });
-
-  it('release after a continuation puts the awaiting-input record back, with its own expiry', async () => {
-    const store = await openStore();
-    const id = newId();
-    await store.awaitInput(await claimTicket(store, id), RESULT, 60_000);
-    const continuation = await store.claim(id, FINGERPRINT, LEASE_MS, true);
-    if (continuation.state !== 'claimed') throw new Error(continuation.state);
-
-    expect(await store.release(continuation.ticket)).toBe(true);
-
-    expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toMatchObject({
-      state: 'awaitingInput',
-      response: RESULT,
-    });
-    const row = await rowOf(id);
-    expect(row?.left_ms).toBeLessThanOrEqual(60_000);
-    expect(row?.left_ms).toBeGreaterThan(55_000);
-    expect(await store.release(continuation.ticket)).toBe(false);
-  });
-
-  it('release of an opening claim frees the key; a continuation that completes stores the final answer', async () => {
-    const store = await openStore();
-    const id = newId();
-    expect(await store.release(await claimTicket(store, id))).toBe(true);
-    expect(await rowOf(id)).toBeUndefined();
-
-    await awaiting(store, id);
-    const continuation = await store.claim(id, FINGERPRINT, LEASE_MS, true);
-    if (continuation.state !== 'claimed') throw new Error(continuation.state);
-    expect(await store.complete(continuation.ticket, ERROR, RETENTION_MS)).toBe(true);
-
-    expect(await store.claim(id, FINGERPRINT, LEASE_MS, true)).toStrictEqual({
-      state: 'completed',
-      fingerprint: FINGERPRINT,
-      response: ERROR,
-    });
-  });
-});
-
-describe.skipIf(!postgres)('quotas of one caller, as the Redis store keeps them', () => {
-  it('defaults to the quotas every store has', async () => {
-    const store = await openStore();
-    expect([store.maxRecordsPerScope, store.maxBytesPerScope]).toStrictEqual([
-      DEFAULT_MAX_RECORDS_PER_SCOPE,
-      DEFAULT_MAX_BYTES_PER_SCOPE,
-    ]);
-  });
-
-  it('answers quotaExceeded past the caller’s live records, while another caller still claims', async () => {
-    const store = await openStore({ maxRecordsPerScope: 2 });
-    const scope = `quota-${randomUUID()}`;
-    const first = await claimTicket(store, newId(scope));
-    await store.complete(await claimTicket(store, newId(scope), SHORT_MS), RESULT, SHORT_MS);
-
-    expect(await store.claim(newId(scope), FINGERPRINT, LEASE_MS)).toStrictEqual({ state: 'quotaExceeded' });
-    expect((await store.claim(newId(`other-${scope}`), FINGERPRINT, LEASE_MS)).state).toBe('claimed');
-
-    // A record that expires and one that is released give their places back.
-    await waitUntil(async () => (await store.claim(newId(scope), FINGERPRINT, LEASE_MS)).state === 'claimed');
-    expect(await store.claim(newId(scope), FINGERPRINT, LEASE_MS)).toStrictEqual({ state: 'quotaExceeded' });
-    await store.release(first);
-    expect((await store.claim(newId(scope), FINGERPRINT, LEASE_MS)).state).toBe('claimed');
-  });
-
-  it('answers quotaExceeded once the caller’s stored responses reach its quota of characters', async () => {
-    const size = JSON.stringify(RESULT).length;
-    const store = await openStore({ maxBytesPerScope: 2 * size });
-    const scope = `bytes-${randomUUID()}`;
-    await store.complete(await claimTicket(store, newId(scope)), RESULT, RETENTION_MS);
-    expect((await store.claim(newId(scope), FINGERPRINT, LEASE_MS)).state).toBe('claimed');
-    await store.complete(await claimTicket(store, newId(scope)), RESULT, RETENTION_MS);
-
-    expect(await store.claim(newId(scope), FINGERPRINT, LEASE_MS)).toStrictEqual({ state: 'quotaExceeded' });
-    // Another caller's quota is its own.
-    expect((await store.claim(newId(`other-${scope}`), FINGERPRINT, LEASE_MS)).state).toBe('claimed');
-  });
-
-  it('holds the quota under concurrent claims of different keys from two instances', async () => {
-    const [one, two] = await Promise.all([
-      openStore({ maxRecordsPerScope: 5 }),
-      openStore({ maxRecordsPerScope: 5 }),
-    ]);
-    const scope = `race-${randomUUID()}`;
-
-    const claims = await Promise.all(
-      Array.from({ length: 30 }, (_, i) =>
-        (i % 2 === 0 ? one : two).claim(newId(scope), FINGERPRINT, LEASE_MS),
-      ),
-    );
-
-    const states = claims.map((claim) => claim.state);
-    expect(states.filter((state) => state === 'claimed')).toHaveLength(5);
-    expect(states.filter((state) => state === 'quotaExceeded')).toHaveLength(25);
   });
 });
 
@@ -736,6 +352,16 @@ describe.skipIf(!postgres)('clear', () => {
       await expect(PostgresIdempotencyStore.connect(server().url, { tablePrefix })).rejects.toThrow(
         RangeError,
       );
+    }
+  });
+});
+
+describe.skipIf(!postgres)('options', () => {
+  it('refuses a statement bound that is no positive whole number of ms', async () => {
+    for (const bad of [0, -1, Number.NaN, 2.5]) {
+      await expect(
+        PostgresIdempotencyStore.connect(server().url, { tablePrefix: prefix, statementTimeoutMs: bad }),
+      ).rejects.toThrow(new RangeError(`statementTimeoutMs must be a positive integer, got ${bad}`));
     }
   });
 });
@@ -1052,9 +678,3 @@ describe.skipIf(!postgres)(
     });
   },
 );
-
-async function expectUnavailableWithin(ms: number, action: () => Promise<unknown>): Promise<void> {
-  const started = performance.now();
-  await expect(action()).rejects.toBeInstanceOf(StoreUnavailableError);
-  expect(performance.now() - started).toBeLessThan(ms);
-}

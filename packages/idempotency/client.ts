@@ -97,7 +97,7 @@ export interface Attempt {
 
 export interface IdempotentCallOptions {
   policy?: Partial<RetryPolicy>;
-  /** Observe each attempt (the demo narrates them). */
+  /** Observe each attempt: to log or narrate it. */
   onAttempt?: (attempt: Attempt) => void;
 }
 

@@ -426,7 +426,7 @@ function unkeyedScope(caller: Caller, scopeOf: (caller: Caller) => string): stri
  * - A continuation refused before anything ran (a forged, expired or another caller's
  *   `requestState`: see `isRefusedContinuation`) settles nothing. Recording it would poison the
  *   key; the key goes back to awaiting input, or to no record if there was none. (An answer the
- *   tool cannot use is the tool's to handle: the SDK's way, and the demo's, is to ask again.)
+ *   tool cannot use is the tool's to handle: the SDK's way is to ask again.)
  * - A round whose tool said its outcome is unknown (a provider call that gave up without knowing
  *   whether it committed: `ToolExecution.markOutcomeUnknown`) settles nothing either, the same
  *   way: the retry executes again and sends the provider the same key, which the provider

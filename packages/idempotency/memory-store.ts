@@ -1,21 +1,14 @@
 // --- An in-process dedup store ---
 //
 // Right for one process (stdio, or a single HTTP instance). A horizontally scaled,
-// stateless deployment must share one store instead (see redis-store.ts): a retry that
-// lands on another instance finds nothing in this one's memory.
+// stateless deployment must share one store instead (redis-store.ts, postgres-store.ts): a
+// retry that lands on another instance finds nothing in this one's memory.
 
 import type { Fingerprint } from './fingerprint.js';
-import {
-  type Claim,
-  type ClaimTicket,
-  DEFAULT_MAX_BYTES_PER_SCOPE,
-  DEFAULT_MAX_RECORDS_PER_SCOPE,
-  type IdempotencyStore,
-  type RecordId,
-  type StoredResponse,
-} from './store.js';
+import type { Claim, ClaimTicket, IdempotencyStore, RecordId, StoredResponse } from './store.js';
+import { positiveInteger, type ScopeQuotaOptions, scopeQuotasOf } from './store-support.js';
 
-/** Default cap. Roughly 100 MB at the demo's response size; over the 24 h retention, a keyed call a second. */
+/** Default cap. Roughly 100 MB at 1 KB a record; over the 24 h retention, a keyed call a second. */
 export const DEFAULT_MAX_RECORDS = 100_000;
 
 /**
@@ -46,14 +39,10 @@ interface StoredRecord {
   bytes: number;
 }
 
-export interface MemoryStoreOptions {
+export interface MemoryStoreOptions extends ScopeQuotaOptions {
   maxRecords?: number;
   /** Cap on the stored responses' total size (characters of JSON). */
   maxBytes?: number;
-  /** Quota of one scope (one caller): live records. */
-  maxRecordsPerScope?: number;
-  /** Quota of one scope: characters of stored responses. */
-  maxBytesPerScope?: number;
   /** A clock in milliseconds; monotonic by default so a wall-clock step cannot reorder expiry. Tests pass one they control. */
   now?: () => number;
 }
@@ -91,22 +80,11 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   private readonly completed = new Map<string, StoredRecord>();
 
   constructor(options: MemoryStoreOptions = {}) {
-    this.maxRecords = options.maxRecords ?? DEFAULT_MAX_RECORDS;
-    if (!Number.isSafeInteger(this.maxRecords) || this.maxRecords < 1) {
-      throw new RangeError(`maxRecords must be a positive integer, got ${this.maxRecords}`);
-    }
-    this.maxBytes = options.maxBytes ?? DEFAULT_MAX_BYTES;
-    if (!Number.isSafeInteger(this.maxBytes) || this.maxBytes < 1) {
-      throw new RangeError(`maxBytes must be a positive integer, got ${this.maxBytes}`);
-    }
-    this.maxRecordsPerScope = positiveInteger(
-      'maxRecordsPerScope',
-      options.maxRecordsPerScope ?? DEFAULT_MAX_RECORDS_PER_SCOPE,
-    );
-    this.maxBytesPerScope = positiveInteger(
-      'maxBytesPerScope',
-      options.maxBytesPerScope ?? DEFAULT_MAX_BYTES_PER_SCOPE,
-    );
+    this.maxRecords = positiveInteger('maxRecords', options.maxRecords ?? DEFAULT_MAX_RECORDS);
+    this.maxBytes = positiveInteger('maxBytes', options.maxBytes ?? DEFAULT_MAX_BYTES);
+    const quotas = scopeQuotasOf(options);
+    this.maxRecordsPerScope = quotas.maxRecordsPerScope;
+    this.maxBytesPerScope = quotas.maxBytesPerScope;
     this.now = options.now ?? (() => performance.now());
   }
 
@@ -299,12 +277,6 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     }
     return usage;
   }
-}
-
-function positiveInteger(name: string, value: number): number {
-  if (!Number.isSafeInteger(value) || value < 1)
-    throw new RangeError(`${name} must be a positive integer, got ${value}`);
-  return value;
 }
 
 // The scope's length up front keeps (scope, key) pairs distinct whatever characters either

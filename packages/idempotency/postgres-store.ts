@@ -44,7 +44,7 @@
 //     or each would see the others' claims as dead.
 //
 // --- The tool's writes and the record, in one transaction ---
-// A tool that writes to the same database (`--ledger postgres` in the demo) may ask for the call's
+// A tool that writes to the same database (a balance, an order table) may ask for the call's
 // transaction (`postgresTransaction()`, through the guard's execution context): the store begins it
 // on a pooled connection (BEGIN, READ COMMITTED), the tool writes through it, and `complete`
 // records the response in it and commits: the side effect and its record are durable together, or
@@ -75,13 +75,21 @@ import type { Fingerprint } from './fingerprint.js';
 import {
   type Claim,
   type ClaimTicket,
-  DEFAULT_MAX_BYTES_PER_SCOPE,
-  DEFAULT_MAX_RECORDS_PER_SCOPE,
   type IdempotencyStore,
   type RecordId,
   type StoredResponse,
   StoreUnavailableError,
 } from './store.js';
+import {
+  claimOfHeld,
+  milliseconds,
+  parsedJson,
+  positiveInteger,
+  reconnectDelayMs,
+  type ScopeQuotaOptions,
+  scopeQuotasOf,
+  withDeadline,
+} from './store-support.js';
 
 /** Every table and function the store creates starts with this; see `migrationOf`. */
 export const DEFAULT_POSTGRES_TABLE_PREFIX = 'sep3182_idem_';
@@ -114,9 +122,6 @@ export const DEFAULT_POSTGRES_APPLICATION_NAME = 'sep3182-idempotency';
  */
 const CLIENT_TIMEOUT_GRACE_MS = 1_000;
 
-/** Ceiling of the liveness connection's reconnect back-off: a recovered Postgres serves claims within about a second. */
-const MAX_RECONNECT_DELAY_MS = 1_000;
-
 /**
  * Server-side TCP keepalives of the liveness session: after 10 s of silence Postgres probes every
  * 5 s and gives up after 3 probes, so the session of a host that vanished ends within about 25 s
@@ -137,13 +142,9 @@ const CLAIM_LOST = 'P0002';
 /** Prefixes become parts of SQL identifiers (at most 63 bytes each): lower case, digits and `_` only. */
 const TABLE_PREFIX_PATTERN = /^[a-z_][a-z0-9_]{0,39}$/;
 
-export interface PostgresStoreOptions {
+export interface PostgresStoreOptions extends ScopeQuotaOptions {
   /** Prefix of the store's table and function names (lower case, digits, `_`; at most 40 characters). */
   tablePrefix?: string;
-  /** Quota of one scope (one caller): live records. */
-  maxRecordsPerScope?: number;
-  /** Quota of one scope: characters of stored responses. */
-  maxBytesPerScope?: number;
   /** Bound on every store statement; past it the operation rejects and the guard fails closed. */
   statementTimeoutMs?: number;
 }
@@ -453,7 +454,10 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     options: PostgresStoreOptions & PostgresConnectOptions = {},
   ): Promise<PostgresIdempotencyStore> {
     const config = typeof connection === 'string' ? { connectionString: connection } : connection;
-    const statementTimeoutMs = options.statementTimeoutMs ?? DEFAULT_POSTGRES_STATEMENT_TIMEOUT_MS;
+    const statementTimeoutMs = positiveInteger(
+      'statementTimeoutMs',
+      options.statementTimeoutMs ?? DEFAULT_POSTGRES_STATEMENT_TIMEOUT_MS,
+    );
     const connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_POSTGRES_CONNECT_TIMEOUT_MS;
     const session = {
       ...config,
@@ -478,10 +482,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     const store = new PostgresIdempotencyStore(
       pool,
       { ...session, connectionTimeoutMillis: connectTimeoutMs },
-      {
-        ...options,
-        onError,
-      },
+      { ...options, statementTimeoutMs, onError },
     );
     try {
       await withDeadline(
@@ -490,6 +491,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
           await store.connectLiveness();
         })(),
         connectTimeoutMs,
+        'Postgres',
       );
     } catch (error) {
       await store.close();
@@ -506,14 +508,9 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   ) {
     this.tablePrefix = checkedTablePrefix(options.tablePrefix ?? DEFAULT_POSTGRES_TABLE_PREFIX);
     this.statementTimeoutMs = options.statementTimeoutMs ?? DEFAULT_POSTGRES_STATEMENT_TIMEOUT_MS;
-    this.maxRecordsPerScope = positiveInteger(
-      'maxRecordsPerScope',
-      options.maxRecordsPerScope ?? DEFAULT_MAX_RECORDS_PER_SCOPE,
-    );
-    this.maxBytesPerScope = positiveInteger(
-      'maxBytesPerScope',
-      options.maxBytesPerScope ?? DEFAULT_MAX_BYTES_PER_SCOPE,
-    );
+    const quotas = scopeQuotasOf(options);
+    this.maxRecordsPerScope = quotas.maxRecordsPerScope;
+    this.maxBytesPerScope = quotas.maxBytesPerScope;
     this.sql = statementsOf(this.tablePrefix);
   }
 
@@ -607,7 +604,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       throw new StoreUnavailableError(error);
     }
     // A checked-out client has no listener of the pool's: if its connection breaks while the
-    // tool holds it (Postgres restarted mid-charge), the unheard 'error' would kill the process.
+    // tool holds it (Postgres restarted mid-call), the unheard 'error' would kill the process.
     // Heard, it only fails the transaction's next statement, and the call fails closed.
     client.on('error', this.options.onError);
     try {
@@ -811,14 +808,12 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       this.holder = undefined;
     }
     if (this.closing) return;
-    // Exponential back-off from 50 ms to 1 s, with jitter so a fleet does not reconnect in lockstep.
-    const delay = Math.min(50 * 2 ** attempt, MAX_RECONNECT_DELAY_MS) + Math.floor(Math.random() * 100);
     this.reconnectTimer = setTimeout(() => {
       this.connectLiveness().catch((error: unknown) => {
         this.options.onError(error);
         this.livenessLost(client, attempt + 1);
       });
-    }, delay);
+    }, reconnectDelayMs(attempt));
     // A server waiting to reconnect its store must still be able to exit.
     this.reconnectTimer.unref();
   }
@@ -850,7 +845,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
    * says nothing. If the reply never comes, `query_timeout` then gives its connection up.
    */
   private bounded<T>(query: Promise<T>): Promise<T> {
-    return withDeadline(query, this.statementTimeoutMs);
+    return withDeadline(query, this.statementTimeoutMs, 'Postgres');
   }
 }
 
@@ -906,44 +901,12 @@ function statementsOf(p: string): Statements {
   };
 }
 
-/** The answer for a key someone else holds. Anything unreadable fails closed. */
+/** The answer for a key someone else holds (see `claimOfHeld`): the response column is JSON text. */
 function claimOf(row: Row | undefined): Claim {
-  const state = row?.answer;
-  const fingerprint = row?.fingerprint;
-  if (typeof fingerprint === 'string') {
-    if (state === 'inProgress') return { state: 'inProgress', fingerprint };
-    const response = storedResponseOf(row?.response);
-    if ((state === 'completed' || state === 'awaitingInput') && response)
-      return { state, fingerprint, response };
-  }
-  throw new StoreUnavailableError(
-    new Error(`unreadable idempotency record: ${JSON.stringify(row).slice(0, 200)}`),
+  return claimOfHeld(
+    { state: row?.answer, fingerprint: row?.fingerprint, response: parsedJson(row?.response) },
+    JSON.stringify(row ?? null),
   );
-}
-
-/** A stored response from its JSON text, or undefined if it is not one. */
-function storedResponseOf(json: unknown): StoredResponse | undefined {
-  if (typeof json !== 'string') return undefined;
-  let value: unknown;
-  try {
-    value = JSON.parse(json);
-  } catch {
-    return undefined;
-  }
-  if (!isPlainObject(value)) return undefined;
-  const { result, error } = value;
-  if (isPlainObject(result)) return { result };
-  if (!isPlainObject(error)) return undefined;
-  const { code, message } = error;
-  if (typeof code !== 'number' || typeof message !== 'string') return undefined;
-  // `data` is optional: present (even as null) only if the original had it.
-  return Object.hasOwn(error, 'data')
-    ? { error: { code, message, data: error.data } }
-    : { error: { code, message } };
-}
-
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 /** Postgres refused a write because its disk is full (SQLSTATE 53100 disk_full). */
@@ -959,29 +922,4 @@ export function checkedTablePrefix(prefix: string): string {
     );
   }
   return prefix;
-}
-
-function positiveInteger(name: string, value: number): number {
-  if (!Number.isSafeInteger(value) || value < 1)
-    throw new RangeError(`${name} must be a positive integer, got ${value}`);
-  return value;
-}
-
-/** A lease or retention: a positive whole number of milliseconds. */
-function milliseconds(ms: number): number {
-  if (!Number.isFinite(ms) || ms <= 0) throw new RangeError(`not a positive duration in ms: ${ms}`);
-  return Math.ceil(ms);
-}
-
-/** Rejects once `ms` have passed; the losing promise's own outcome is still handled by `race`. */
-async function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no reply from Postgres within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([promise, deadline]);
-  } finally {
-    clearTimeout(timer);
-  }
 }

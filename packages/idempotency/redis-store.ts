@@ -32,13 +32,22 @@ import type { Fingerprint } from './fingerprint.js';
 import {
   type Claim,
   type ClaimTicket,
-  DEFAULT_MAX_BYTES_PER_SCOPE,
-  DEFAULT_MAX_RECORDS_PER_SCOPE,
   type IdempotencyStore,
   type RecordId,
   type StoredResponse,
   StoreUnavailableError,
 } from './store.js';
+import {
+  claimOfHeld,
+  isPlainObject,
+  milliseconds,
+  parsedJson,
+  positiveInteger,
+  reconnectDelayMs,
+  type ScopeQuotaOptions,
+  scopeQuotasOf,
+  withDeadline,
+} from './store-support.js';
 
 /** Every key the store writes starts with this, so `clear()` can find exactly its own keys. */
 export const DEFAULT_REDIS_KEY_PREFIX = 'sep3182:idem:';
@@ -53,9 +62,6 @@ export const DEFAULT_REDIS_COMMAND_TIMEOUT_MS = 1_000;
 /** How long `connectRedis` waits for the first connection before refusing to start. */
 export const DEFAULT_REDIS_CONNECT_TIMEOUT_MS = 2_000;
 
-/** Ceiling of the reconnect back-off: a recovered Redis is back in service within about a second. */
-const MAX_RECONNECT_DELAY_MS = 1_000;
-
 /** Commands sent but unanswered before node-redis refuses more: a frozen Redis must not eat memory. */
 const MAX_PENDING_COMMANDS = 10_000;
 
@@ -65,12 +71,8 @@ const MAX_PENDING_COMMANDS = 10_000;
  */
 export type RedisClient = RedisClientType | RedisClusterType;
 
-export interface RedisStoreOptions {
+export interface RedisStoreOptions extends ScopeQuotaOptions {
   keyPrefix?: string;
-  /** Quota of one scope (one caller): live records. */
-  maxRecordsPerScope?: number;
-  /** Quota of one scope: characters of stored responses. */
-  maxBytesPerScope?: number;
   /** Bound on every store command; past it `claim`/`complete` reject and the guard fails closed. */
   commandTimeoutMs?: number;
 }
@@ -111,9 +113,12 @@ export async function connectRedisCluster(
   const [first] = seedUrls;
   if (first === undefined) throw new RangeError('a Redis Cluster needs at least one seed URL');
   // The nodes node-redis discovers would be reached without TLS, whatever the seeds say (that
-  // takes `defaults.socket.tls`, and certificates this demo has no test for): refuse, loudly.
+  // takes `defaults.socket.tls`, and certificates this library has no test for): refuse, loudly,
+  // rather than send the records of a TLS deployment in the clear.
   if (seedUrls.some((url) => url.startsWith('rediss:'))) {
-    throw new RangeError('this demo connects to a Redis Cluster without TLS: use redis:// seed URLs');
+    throw new RangeError(
+      'connectRedisCluster does not support TLS (rediss://): the nodes it discovers would be reached without it; use redis:// seed URLs',
+    );
   }
   const connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_REDIS_CONNECT_TIMEOUT_MS;
   const cluster: RedisClusterType = createCluster({
@@ -139,10 +144,8 @@ function failClosed(connectTimeoutMs: number) {
     commandsQueueMaxLength: MAX_PENDING_COMMANDS,
     socket: {
       connectTimeout: connectTimeoutMs,
-      // Never give up (returning false would close the client for good): exponential
-      // back-off from 50 ms to 1 s, with jitter so a fleet does not reconnect in lockstep.
-      reconnectStrategy: (retries: number) =>
-        Math.min(50 * 2 ** retries, MAX_RECONNECT_DELAY_MS) + Math.floor(Math.random() * 100),
+      // Never give up (returning false would close the client for good): see `reconnectDelayMs`.
+      reconnectStrategy: reconnectDelayMs,
     },
   } satisfies RedisClientOptions;
 }
@@ -169,7 +172,7 @@ async function connected<Client extends RedisClient>(
   // `connect()` itself retries forever while Redis is down; a server should not start
   // half-configured, so give up after `connectTimeoutMs` and stop the retries.
   try {
-    await withDeadline<unknown>(client.connect(), connectTimeoutMs);
+    await withDeadline<unknown>(client.connect(), connectTimeoutMs, 'Redis');
   } catch (error) {
     client.destroy();
     throw new StoreUnavailableError(error);
@@ -284,7 +287,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     url: string,
     options: RedisStoreOptions & RedisConnectOptions = {},
   ): Promise<RedisIdempotencyStore> {
-    return RedisIdempotencyStore.owning(await connectRedis(url, options), options);
+    return RedisIdempotencyStore.owning(options, () => connectRedis(url, options));
   }
 
   /** The same on a Redis Cluster, from the URLs of some of its nodes (see `connectRedisCluster`). */
@@ -292,17 +295,22 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     seedUrls: readonly string[],
     options: RedisStoreOptions & RedisConnectOptions = {},
   ): Promise<RedisIdempotencyStore> {
-    return RedisIdempotencyStore.owning(await connectRedisCluster(seedUrls, options), options);
+    return RedisIdempotencyStore.owning(options, () => connectRedisCluster(seedUrls, options));
   }
 
-  private static owning(client: RedisClient, options: RedisStoreOptions): RedisIdempotencyStore {
-    const store = new RedisIdempotencyStore(client, options);
+  /** Checks the options before connecting: a bad one refuses at once, and leaves no client behind. */
+  private static async owning(
+    options: RedisStoreOptions,
+    connect: () => Promise<RedisClient>,
+  ): Promise<RedisIdempotencyStore> {
+    const settings = settingsOf(options);
+    const store = new RedisIdempotencyStore(await connect(), settings);
     store.ownsClient = true;
     return store;
   }
 
   /**
-   * Uses a client someone else owns (to share one connection with a `RedisLedger`, say).
+   * Uses a client someone else owns (to share one connection with the server's own Redis data, say).
    * Make it with `connectRedis` or `connectRedisCluster`: a client with an offline queue makes
    * callers wait for the command timeout, instead of failing at once, while Redis is down.
    */
@@ -310,14 +318,11 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     private readonly client: RedisClient,
     options: RedisStoreOptions = {},
   ) {
-    this.keyPrefix = options.keyPrefix ?? DEFAULT_REDIS_KEY_PREFIX;
-    // A brace in the prefix would be read as (part of) every key's hash tag: see `redisKeysOf`.
-    if (/[{}]/.test(this.keyPrefix)) {
-      throw new RangeError(`a Redis key prefix must not contain { or }: "${this.keyPrefix}"`);
-    }
-    this.commandTimeoutMs = options.commandTimeoutMs ?? DEFAULT_REDIS_COMMAND_TIMEOUT_MS;
-    this.maxRecordsPerScope = options.maxRecordsPerScope ?? DEFAULT_MAX_RECORDS_PER_SCOPE;
-    this.maxBytesPerScope = options.maxBytesPerScope ?? DEFAULT_MAX_BYTES_PER_SCOPE;
+    const settings = settingsOf(options);
+    this.keyPrefix = settings.keyPrefix;
+    this.commandTimeoutMs = settings.commandTimeoutMs;
+    this.maxRecordsPerScope = settings.maxRecordsPerScope;
+    this.maxBytesPerScope = settings.maxBytesPerScope;
   }
 
   // No global `maxRecords` here, and never `full` from a count: counting every record would
@@ -489,7 +494,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
    * reply, if it ever comes, is matched to the abandoned command and ignored.
    */
   private bounded<T>(command: Promise<T>): Promise<T> {
-    return withDeadline(command, this.commandTimeoutMs);
+    return withDeadline(command, this.commandTimeoutMs, 'Redis');
   }
 
   /** The record's key, then its scope's index and sizes (see the scripts). */
@@ -503,6 +508,23 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     if (!('masters' in client)) return [client];
     return Promise.all(client.masters.map((master) => client.nodeClient(master)));
   }
+}
+
+/** The options with their defaults, each checked: what the store keeps. */
+function settingsOf(options: RedisStoreOptions): Required<RedisStoreOptions> {
+  const keyPrefix = options.keyPrefix ?? DEFAULT_REDIS_KEY_PREFIX;
+  // A brace in the prefix would be read as (part of) every key's hash tag: see `redisKeysOf`.
+  if (/[{}]/.test(keyPrefix)) {
+    throw new RangeError(`a Redis key prefix must not contain { or }: "${keyPrefix}"`);
+  }
+  return {
+    keyPrefix,
+    commandTimeoutMs: positiveInteger(
+      'commandTimeoutMs',
+      options.commandTimeoutMs ?? DEFAULT_REDIS_COMMAND_TIMEOUT_MS,
+    ),
+    ...scopeQuotasOf(options),
+  };
 }
 
 // --- Key names, and why one scope's keys share a hash slot ---
@@ -540,7 +562,7 @@ export async function closeRedis(
   graceMs = DEFAULT_REDIS_COMMAND_TIMEOUT_MS,
 ): Promise<void> {
   try {
-    await withDeadline<unknown>(client.close(), graceMs);
+    await withDeadline<unknown>(client.close(), graceMs, 'Redis');
   } catch {
     // Already closed, or Redis is gone and the replies with it: drop the socket below.
   } finally {
@@ -592,68 +614,15 @@ function awaitingInputPrefix(fingerprint: Fingerprint): string {
   return storedValuePrefix('awaitingInput', fingerprint);
 }
 
-/** The answer for a key someone else holds. Anything unreadable fails closed. */
+/** The answer for a key someone else holds (see `claimOfHeld`): its value is the record as JSON. */
 function claimOf(raw: string): Claim {
-  let value: unknown;
-  try {
-    value = JSON.parse(raw);
-  } catch (error) {
-    throw new StoreUnavailableError(error);
-  }
-  const state = field(value, 'state');
-  const fingerprint = field(value, 'fingerprint');
-  if (typeof fingerprint === 'string') {
-    if (state === 'inProgress') return { state: 'inProgress', fingerprint };
-    const response = storedResponseOf(field(value, 'response'));
-    if ((state === 'completed' || state === 'awaitingInput') && response)
-      return { state, fingerprint, response };
-  }
-  throw new StoreUnavailableError(new Error(`unreadable idempotency record: ${raw.slice(0, 200)}`));
-}
-
-function storedResponseOf(value: unknown): StoredResponse | undefined {
-  const result = field(value, 'result');
-  if (isPlainObject(result)) return { result };
-  const error = field(value, 'error');
-  const code = field(error, 'code');
-  const message = field(error, 'message');
-  if (typeof code !== 'number' || typeof message !== 'string') return undefined;
-  // `data` is optional: present (even as null) only if the original had it.
-  return isPlainObject(error) && Object.hasOwn(error, 'data')
-    ? { error: { code, message, data: error.data } }
-    : { error: { code, message } };
-}
-
-function field(value: unknown, name: string): unknown {
-  return isPlainObject(value) ? value[name] : undefined;
-}
-
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
+  const value = parsedJson(raw);
+  return claimOfHeld(isPlainObject(value) ? value : {}, raw);
 }
 
 /** Redis refused a write because `maxmemory` is reached under `noeviction`. */
 function isOutOfMemory(error: unknown): boolean {
   return error instanceof ErrorReply && error.message.startsWith('OOM');
-}
-
-/** Rejects once `ms` have passed; the losing promise's own outcome is still handled by `race`. */
-async function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no reply from Redis within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([promise, deadline]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-/** PX takes a positive whole number of milliseconds. */
-function milliseconds(ms: number): number {
-  if (!Number.isFinite(ms) || ms <= 0) throw new RangeError(`not a positive TTL in ms: ${ms}`);
-  return Math.ceil(ms);
 }
 
 /** SCAN MATCH is a glob: a prefix containing `*`, `?`, `[` or `\` must match only itself. */

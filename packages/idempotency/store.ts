@@ -1,9 +1,11 @@
 // --- The dedup store contract ---
 //
 // Small and atomic on purpose: a claim, then one of three ways to settle it, are all the guard
-// needs, so another backend (Redis here; Postgres or DynamoDB in a server of yours) can be added
-// without touching the guard. `claim` must be atomic across every process sharing the store: of
-// N concurrent claims of one (scope, key), exactly one may come back `claimed`.
+// needs, so a backend can be added without touching the guard. Memory, Redis (one or a Cluster)
+// and Postgres ship here; another (DynamoDB, say) is a file of yours beside them, on the helpers
+// they share (`store-support.ts`), held to the suite every store here passes (the repository's
+// `test/support/store-contract.ts`). `claim` must be atomic across every process sharing the
+// store: of N concurrent claims of one (scope, key), exactly one may come back `claimed`.
 //
 // A key is in one of three states: in progress (a claim whose call runs), awaiting input (a
 // multi-round-trip call answered `input_required`; the key waits for its continuation), or
@@ -69,7 +71,8 @@ export interface IdempotencyStore {
    * Replace the claim with the completed response, kept for `retentionMs`. Does nothing if
    * the claim is no longer the live record (the store was cleared, or its lease expired and
    * another claim took the key). A claim whose lease ran out with nothing in its place may
-   * still be recorded (the memory store does, the safer side; in Redis the key is already gone).
+   * still be recorded (the memory store does, the safer side; in Redis and Postgres the claim is
+   * already gone).
    * Resolves true when the response was recorded, false when the claim had lost its key.
    */
   complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean>;
@@ -91,7 +94,7 @@ export interface IdempotencyStore {
    * false when the claim had lost its key (the store was cleared, or the lease had run out).
    */
   renew(ticket: ClaimTicket, leaseMs: number): Promise<boolean>;
-  /** Forget every record (the demo's reset_ledger). */
+  /** Forget every record, and with them every caller's quota (a reset, for an operator or a test). */
   clear(): Promise<void>;
   /**
    * Optional, for a store whose records live where a tool can write too (a database): begins a
@@ -104,7 +107,7 @@ export interface IdempotencyStore {
 }
 
 /**
- * Default quota of one caller (one scope), in either store: live records. A tenth of the memory
+ * Default quota of one caller (one scope), in every store: live records. A tenth of the memory
  * store's global cap, so no single caller can lock every other out of deduplication (the SEP:
  * servers SHOULD apply rate limits and quotas to the records); over the default 24 h retention,
  * a caller making a keyed call every nine seconds, day and night.

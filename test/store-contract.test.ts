@@ -1,0 +1,164 @@
+// The store contract (test/support/store-contract.ts) against every store the library ships: the
+// memory store, Redis, a three-master Redis Cluster and Postgres, each on a private server this
+// file starts. What each store's backend alone can get wrong is in that store's own test file.
+
+import type { RedisClientType } from '@redis/client';
+import { type ClaimTicket, MemoryIdempotencyStore, type RecordId } from 'mcp-request-idempotency';
+import { PostgresIdempotencyStore } from 'mcp-request-idempotency/postgres';
+import { RedisIdempotencyStore, redisKeysOf } from 'mcp-request-idempotency/redis';
+import { afterAll, expect } from 'vitest';
+import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../processes/bounds.js';
+import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../processes/postgres.js';
+import {
+  REDIS_CLUSTER_SKIP_REASON,
+  REDIS_SKIP_REASON,
+  startRedis,
+  startRedisCluster,
+  uniqueKeyPrefix,
+} from '../processes/redis.js';
+import { describeStoreContract } from './support/store-contract.js';
+import { FINGERPRINT, LEASE_MS, newId } from './support/store-fixtures.js';
+
+const [redis, cluster, postgres] = await Promise.all([startRedis(), startRedisCluster(), startPostgres()]);
+if (!redis) console.warn(REDIS_SKIP_REASON);
+else if (!redis.owned) {
+  console.warn(
+    'The full test is left out on Redis: it fills Redis up, so needs a private redis-server, not REDIS_URL',
+  );
+}
+if (!cluster) console.warn(REDIS_CLUSTER_SKIP_REASON);
+if (!postgres) console.warn(POSTGRES_SKIP_REASON);
+
+const redisPrefix = uniqueKeyPrefix('contract');
+const clusterPrefix = uniqueKeyPrefix('contract-cluster');
+const tablePrefix = uniqueTablePrefix('contract');
+
+afterAll(async () => {
+  await redis?.flush(redisPrefix);
+  await postgres?.drop(tablePrefix);
+  await Promise.all([redis?.stop(), cluster?.stop(), postgres?.stop()]);
+});
+
+/** `count` stores, each opened on a connection of its own, as server instances open them. */
+function each<S>(count: number, open: () => Promise<S>): Promise<S[]> {
+  return Promise.all(Array.from({ length: count }, open));
+}
+
+// --- The memory store ---
+
+describeStoreContract(
+  'the memory store',
+  async (count, quotas) => {
+    // One process: every instance is the same store.
+    const store = new MemoryIdempotencyStore(quotas);
+    return Array.from({ length: count }, () => store);
+  },
+  {
+    completesAfterLease: true,
+    // Its record cap, reached as callers would reach it: keys of many callers, each under its quota.
+    fill: async (store) => {
+      const tickets: ClaimTicket[] = [];
+      for (let n = 0; ; n++) {
+        const claim = await store.claim(newId(`filler-${n % 100}`), FINGERPRINT, LEASE_MS);
+        if (claim.state === 'full') break;
+        if (claim.state !== 'claimed') throw new Error(`filling the store: ${claim.state}`);
+        tickets.push(claim.ticket);
+      }
+      return async () => {
+        for (const ticket of tickets) await store.release(ticket);
+      };
+    },
+  },
+);
+
+// --- Redis, one server and a cluster ---
+
+/** What is left of a Redis key's TTL, or undefined if there is no such key. */
+async function ttlOf(admin: RedisClientType, key: string): Promise<number | undefined> {
+  const ttl = await admin.pTTL(key);
+  if (ttl === -2) return undefined;
+  // A record without an expiry would live for ever: as far past any bound as can be.
+  return ttl === -1 ? Number.POSITIVE_INFINITY : ttl;
+}
+
+/** Redis under `maxmemory` 1 byte refuses every write (noeviction, the default); 0 lifts the bound. */
+async function maxmemory(admins: RedisClientType[], bytes: string): Promise<void> {
+  await Promise.all(admins.map((admin) => admin.configSet('maxmemory', bytes)));
+}
+
+describeStoreContract(
+  'Redis',
+  redis &&
+    ((count, quotas) =>
+      each(count, () => RedisIdempotencyStore.connect(redis.url, { keyPrefix: redisPrefix, ...quotas }))),
+  {
+    completesAfterLease: false,
+    expiryOf: async (id: RecordId) => {
+      if (!redis) throw new Error('unreachable: skipped without Redis');
+      return ttlOf(redis.admin, redisKeysOf(redisPrefix, id)[0]);
+    },
+    fill:
+      redis?.owned === true
+        ? async () => {
+            await maxmemory([redis.admin], '1');
+            return () => maxmemory([redis.admin], '0');
+          }
+        : undefined,
+  },
+);
+
+describeStoreContract(
+  'a Redis Cluster',
+  cluster &&
+    ((count, quotas) =>
+      each(count, () =>
+        RedisIdempotencyStore.connectCluster(cluster.urls, { keyPrefix: clusterPrefix, ...quotas }),
+      )),
+  {
+    completesAfterLease: false,
+    expiryOf: async (id: RecordId) => {
+      if (!cluster) throw new Error('unreachable: skipped without a cluster');
+      const [record] = redisKeysOf(clusterPrefix, id);
+      return ttlOf((await cluster.nodeOf(record)).admin, record);
+    },
+    fill: async () => {
+      if (!cluster) throw new Error('unreachable: skipped without a cluster');
+      const admins = cluster.nodes.map((node) => node.admin);
+      await maxmemory(admins, '1');
+      return () => maxmemory(admins, '0');
+    },
+  },
+);
+
+// --- Postgres ---
+
+describeStoreContract(
+  'Postgres',
+  postgres &&
+    ((count, quotas) =>
+      each(count, () =>
+        PostgresIdempotencyStore.connect(postgres.url, {
+          tablePrefix,
+          // A bound that leaves a busy machine room: the default's 1 s is a production setting.
+          statementTimeoutMs: POSTGRES_STATEMENT_TIMEOUT_MS,
+          ...quotas,
+        }),
+      )),
+  {
+    completesAfterLease: false,
+    expiryOf: async (id: RecordId) => {
+      if (!postgres) throw new Error('unreachable: skipped without Postgres');
+      const { rows } = await postgres.admin.query<{ left_ms: number }>(
+        `SELECT (extract(epoch FROM expires_at - now()) * 1000)::float8 AS left_ms FROM ${tablePrefix}records
+           WHERE scope = $1 AND idempotency_key = $2 AND expires_at > now()`,
+        [id.scope, id.idempotencyKey],
+      );
+      return rows[0]?.left_ms;
+    },
+    // Its size bound is the disk, which the suite does not fill: no `fill`.
+    afterConcurrentClaims: ([one, two]) => {
+      // The claims really ran side by side: each pool opened more than one session.
+      expect((one?.pool.totalCount ?? 0) + (two?.pool.totalCount ?? 0)).toBeGreaterThan(2);
+    },
+  },
+);
