@@ -25,6 +25,7 @@ import {
   type ServerConnection,
   startHttpInstance,
 } from './processes/launch.js';
+import { agentFrameworkRetries } from './scenarios/agent-framework-retries.js';
 import { everyScenarioMustRun } from './scenarios/backends.js';
 import { clientOwnsItsRetries } from './scenarios/client-owned-retries.js';
 import { decisionsScraped } from './scenarios/decisions-scraped.js';
@@ -313,6 +314,7 @@ async function main(): Promise<void> {
   if (!scaleOnly) await runProviderScenarios();
   await runPostgresScenarios();
   if (!scaleOnly) await decisionsScraped();
+  if (!scaleOnly) await agentFrameworkRetries();
   printTable();
   process.exitCode = everyExpectationHeld() ? 0 : 1;
 }

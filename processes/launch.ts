@@ -30,7 +30,7 @@ import {
 import { START_TIMEOUT_MS } from './bounds.js';
 
 /** The repository's root, where the demo's scripts are. */
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 
 /** The two protocol eras one server answers. */
 export type Era = typeof MODERN_PROTOCOL_VERSION | typeof LEGACY_PROTOCOL_VERSION;

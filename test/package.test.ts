@@ -91,6 +91,9 @@ beforeAll(async () => {
     'pg',
     '@types/pg',
     'zod',
+    // The LangChain adapter builds its middleware with langchain's own createMiddleware.
+    'langchain',
+    '@langchain/core',
     'typescript',
     '@types/node',
   ].map(pinned);
@@ -174,7 +177,18 @@ describe('the library, installed from its tarball', () => {
   });
 
   it('imports every subpath in Node', async () => {
-    const subpaths = ['', '/sdk-v2', '/sdk-v1', '/redis', '/postgres', '/client', '/otel'];
+    const subpaths = [
+      '',
+      '/sdk-v2',
+      '/sdk-v1',
+      '/redis',
+      '/postgres',
+      '/client',
+      '/otel',
+      '/ai-sdk',
+      '/langchain',
+      '/mastra',
+    ];
     const script = `for (const p of ${JSON.stringify(subpaths)}) { const m = await import('mcp-request-idempotency' + p); if (Object.keys(m).length === 0) throw new Error(p); }
 const { version } = (await import('mcp-request-idempotency/package.json', { with: { type: 'json' } })).default;
 console.log(version);`;
