@@ -25,8 +25,10 @@ import {
   type ServerConnection,
   startHttpInstance,
 } from './processes/launch.js';
+import { agentFrameworkRetries } from './scenarios/agent-framework-retries.js';
 import { everyScenarioMustRun } from './scenarios/backends.js';
 import { clientOwnsItsRetries } from './scenarios/client-owned-retries.js';
+import { decisionsScraped } from './scenarios/decisions-scraped.js';
 import {
   errorFrom,
   everyExpectationHeld,
@@ -312,6 +314,8 @@ async function main(): Promise<void> {
   if (!scaleOnly) await clientOwnsItsRetries();
   if (!scaleOnly) await runProviderScenarios();
   await runPostgresScenarios();
+  if (!scaleOnly) await decisionsScraped();
+  if (!scaleOnly) await agentFrameworkRetries();
   if (!scaleOnly) await runSqliteScenarios();
   printTable();
   process.exitCode = everyExpectationHeld() ? 0 : 1;

@@ -37,6 +37,7 @@ import { parseBearerTokens } from './hosting/http.js';
 import { batchDecisionLines, logDecision } from './hosting/log.js';
 import { REQUEST_STATE_TTL_SECONDS, requestStateCodec } from './hosting/request-state.js';
 import { serve } from './hosting/serve.js';
+import { startTelemetry } from './hosting/telemetry.js';
 import type { Ledger } from './ledger.js';
 
 export const SERVER_INFO = { name: 'sep-3182-idempotency-demo', version: '0.1.0' };
@@ -329,20 +330,23 @@ async function main(): Promise<void> {
   );
   batchDecisionLines(config.logFlushMs);
   await verifyGuardSeesKeys();
+  // OpenTelemetry when asked for (an OTLP endpoint, --metrics-port): before the guard is observed.
+  const telemetry = await startTelemetry(config, process.env, SERVER_INFO);
   const backends = await openBackends(config);
   // Every server writes through one count of the claims under way, so a stop can wait for them.
   const claims = new ClaimsInFlight(backends.store);
-  const options: DemoServerOptions = {
+  const options: DemoServerOptions = telemetry.observe({
     ledger: backends.ledger,
     store: claims,
     requestState,
     retentionMs: config.retentionMs,
     leaseMs: config.leaseMs,
     onDecision: logDecision,
-  };
+  });
   // Stateless HTTP: a fresh server for every request, its scope the principal of the request's
   // verified token (the guard's default); stdio: one per connection.
-  await serve({ config, backends, claims, bearerTokens, createServer: () => createDemoServer(options) });
+  const createServer = () => createDemoServer(options);
+  await serve({ config, backends, claims, bearerTokens, telemetry, createServer });
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {

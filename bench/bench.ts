@@ -3,12 +3,12 @@
 //   npm run bench               the full run, a few minutes on a 2-core machine
 //   npm run bench -- --quick    a smoke run (CI), well under a minute; its figures are rough
 //
-// One question per file (transports, guard-alone, redis, postgres, sqlite, memory, scaling, concurrency);
-// harness.ts is how they measure, calls.ts what they call. Tables go to stdout, the figures and the
-// machine to bench/results/latest.json, which the README quotes (a quick run writes to the temporary
-// directory). Targets are reported, never asserted: only a wrong answer (a figure from the wrong
-// path) or a broken setup fails. Every server, Redis and Postgres started here is stopped, on error
-// and on Ctrl-C too.
+// One question per file (transports, guard-alone, otel, redis, postgres, sqlite, memory, scaling,
+// concurrency); harness.ts is how they measure, calls.ts what they call. Tables go to stdout, the
+// figures and the machine to bench/results/latest.json, which the README quotes (a quick run writes
+// to the temporary directory). Targets are reported, never asserted: only a wrong answer (a figure
+// from the wrong path) or a broken setup fails. Every server, Redis and Postgres started here is
+// stopped, on error and on Ctrl-C too.
 
 import { randomUUID } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
@@ -108,6 +108,8 @@ async function main(): Promise<void> {
   note('the guard alone, and its pieces');
   const pieces = [plan.pieces.rounds, plan.pieces.msPerPiece];
   reports.guardAlone = await runChild('guard-alone.ts', pieces, ['--expose-gc']);
+  note("the guard's OpenTelemetry figures");
+  reports.otel = await runChild('otel.ts', pieces, ['--expose-gc']);
 
   // A private redis-server if one is installed, else REDIS_URL; keys under a prefix of this run's own.
   const redis = await startRedis();
@@ -188,6 +190,7 @@ async function main(): Promise<void> {
   const order = [
     'transports',
     'guardAlone',
+    'otel',
     'roundTrips',
     'postgresRoundTrips',
     'sqlite',

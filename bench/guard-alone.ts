@@ -24,9 +24,9 @@ import {
 import { measure } from 'mitata';
 import { logDecision } from '../hosting/log.js';
 import { AMOUNT, chargeResult, jsonBytes, orderArgumentsOfSize, TOOL, WrongAnswerError } from './calls.js';
-import { answerIfMain, type Report, rotate, summarize, table, yesNo } from './harness.js';
+import { answerIfMain, type Report, rotate, summarize, summaryCells, table, yesNo } from './harness.js';
 
-interface Piece {
+export interface Piece {
   piece: string;
   input: string;
   run(params: unknown): unknown;
@@ -38,7 +38,7 @@ interface Piece {
 }
 
 /** A piece to time: `params`, when given, are made per call outside the timed region (a fresh key, a fresh parse). */
-function piece(
+export function piece(
   piece: string,
   input: string,
   run: (params: unknown) => unknown,
@@ -106,11 +106,13 @@ async function pieces(): Promise<Piece[]> {
   ];
 }
 
-async function main([rounds = 20, msPerPiece = 5]: number[]): Promise<Report> {
-  const all = await pieces();
+/**
+ * Times every piece for `rounds` rounds, taking turns in rotating order, into its `samples` (µs a
+ * call). Round -1 is warm-up, its samples dropped.
+ */
+export async function timePieces(all: Piece[], rounds: number, msPerPiece: number): Promise<void> {
   // A fresh object each time: mitata writes its defaults and a generator's parameters into it.
   const options = () => ({ min_cpu_time: msPerPiece * 1e6, min_samples: 4, batch_samples: 64 });
-  // Round -1 is warm-up, its samples dropped.
   for (let round = -1; round < rounds; round++) {
     for (const p of rotate(all, round + 1)) {
       const { params, run } = p;
@@ -123,6 +125,11 @@ async function main([rounds = 20, msPerPiece = 5]: number[]): Promise<Report> {
       if (round >= 0) p.samples.push(...stats.samples.map((ns) => ns / 1000));
     }
   }
+}
+
+async function main([rounds = 20, msPerPiece = 5]: number[]): Promise<Report> {
+  const all = await pieces();
+  await timePieces(all, rounds, msPerPiece);
   const rows = all.map((p) => {
     const summary = summarize(p.samples);
     const row = { piece: p.piece, input: p.input, ...summary };
@@ -139,14 +146,7 @@ async function main([rounds = 20, msPerPiece = 5]: number[]): Promise<Report> {
       'Guard alone: the real guard in front of a no-op tool, no transport, no SDK parsing; stderr is a pipe.',
     table: table(
       'piece | input | median µs | p99 µs | samples | target µs a call',
-      rows.map((r) => [
-        r.piece,
-        r.input,
-        r.medianUs.toFixed(2),
-        r.p99Us.toFixed(2),
-        String(r.samples),
-        r.target,
-      ]),
+      rows.map((r) => [r.piece, r.input, ...summaryCells(r), r.target]),
     ),
     checks: rows.flatMap((r) =>
       'met' in r

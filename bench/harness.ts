@@ -162,6 +162,12 @@ export function table(header: string, rows: string[][]): string {
   return [line(headers), line(widths.map((w) => '-'.repeat(w))), ...rows.map(line)].join('\n');
 }
 
+/** A piece's median, p99 (µs, two decimals) and sample count, as table cells. */
+export const summaryCells = (summary: Summary): string[] => [
+  summary.medianUs.toFixed(2),
+  summary.p99Us.toFixed(2),
+  String(summary.samples),
+];
 export const us = (value: number): string => (value >= 100 ? value.toFixed(0) : value.toFixed(1));
 export const int = (value: number): string => Math.round(value).toLocaleString('en');
 export const mb = (bytes: number): string => `${(bytes / 1e6).toFixed(1)} MB`;

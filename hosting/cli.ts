@@ -51,6 +51,8 @@ export interface ServerConfig {
   maxBytesPerCaller: number;
   leaseMs: number;
   logFlushMs: number;
+  /** Where Prometheus scrapes the guard's figures (`/metrics` on `host`); unset, no such server. */
+  metricsPort: number | undefined;
 }
 
 const USAGE = `Usage: tsx server.ts [options]
@@ -85,13 +87,17 @@ const USAGE = `Usage: tsx server.ts [options]
   --in-progress-lease-ms N  how long an unfinished claim holds its key (default ${DEFAULT_LEASE_MS})
   --log-flush-ms N          how long a decision log line may wait to be written with others
                             (default ${DEFAULT_LOG_FLUSH_MS}; 0 writes each at once)
+  --metrics-port N          serve the guard's figures as Prometheus text at http://HOST:N/metrics
+                            (0 picks a free one; the log's "metrics" line says where); unset, none
 Environment: DEMO_BEARER_TOKENS requires bearer auth over HTTP: comma-separated principal:token
   (every scope but admin) or principal:token:scope+scope, e.g.
   "alice:token-a,alice:token-r:read,bob:token-b,ops:token-o:admin".
   Scopes: charge, refund, read, admin (charge_* need charge, refund_order refund,
   get_balance read, reset_ledger admin: an operator's, which clears every caller's records).
   DEMO_REQUEST_STATE_KEY seals refund_order's requestState (at least 32 characters); every HTTP
-  instance a continuation may reach needs the same one. Unset: a random key of this process's own.`;
+  instance a continuation may reach needs the same one. Unset: a random key of this process's own.
+  OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / …_METRICS_ENDPOINT) sends
+  traces and metrics over OTLP/HTTP, with the OTEL_* settings the exporters read (docs/operations.md).`;
 
 export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process.env): ServerConfig {
   const { values } = parseArgs({
@@ -124,6 +130,7 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
       'max-bytes-per-caller': { type: 'string', default: String(DEFAULT_MAX_BYTES_PER_SCOPE) },
       'in-progress-lease-ms': { type: 'string', default: String(DEFAULT_LEASE_MS) },
       'log-flush-ms': { type: 'string', default: String(DEFAULT_LOG_FLUSH_MS) },
+      'metrics-port': { type: 'string' },
     },
   });
   const store = storeKind('--store', values.store);
@@ -178,10 +185,17 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
         'is gone would be answered the old charge; keep records at least as long',
     );
   }
+  const port = integerOption('--port', values.port, 0, MAX_PORT);
+  const metricsPort =
+    values['metrics-port'] === undefined
+      ? undefined
+      : integerOption('--metrics-port', values['metrics-port'], 0, MAX_PORT);
+  if (values.http && metricsPort !== undefined && metricsPort !== 0 && metricsPort === port)
+    throw new Error(`--metrics-port ${metricsPort} is the --port: give the metrics a port of their own`);
   return {
     transport: values.http ? 'http' : 'stdio',
     host: values.host,
-    port: integerOption('--port', values.port, 0, MAX_PORT),
+    port,
     store,
     redisUrl: values['redis-url'],
     redisCluster,
@@ -202,6 +216,7 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
     maxBytesPerCaller: integerOption('--max-bytes-per-caller', values['max-bytes-per-caller'], 1),
     leaseMs: integerOption('--in-progress-lease-ms', values['in-progress-lease-ms'], 1),
     logFlushMs: integerOption('--log-flush-ms', values['log-flush-ms'], 0),
+    metricsPort,
   };
 }
 

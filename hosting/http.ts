@@ -121,6 +121,8 @@ export interface HttpServerOptions {
   requestTimeoutMs?: number;
   /** See `DEFAULT_MAX_CONNECTIONS`. */
   maxConnections?: number;
+  /** Wraps each MCP request, its body read, in a span of the server's own (hosting/telemetry.ts). */
+  requestSpans?: RequestHandler;
 }
 
 export interface RunningHttpServer {
@@ -153,6 +155,7 @@ export async function startHttpServer(options: HttpServerOptions): Promise<Runni
   // rest of the upload unread, so the client can finish sending and read why. (The SDK's adapter
   // would close the connection under an upload still being sent.)
   app.use('/mcp', express.raw({ type: () => true, limit: maxBodyBytes }));
+  if (options.requestSpans) app.use('/mcp', options.requestSpans);
   // The request's `auth` (set by the bearer middleware) reaches every handler as
   // `ctx.http.authInfo`: the guard's scope.
   app.post('/mcp', (req: Request, res: Response) => void serve(withReadBody(req), res));

@@ -11,6 +11,7 @@ import { messageOf, type ServerConfig } from './cli.js';
 import { type BearerTokens, startHttpServer } from './http.js';
 import { log, reportSdkError } from './log.js';
 import { serveStdio } from './stdio.js';
+import type { Telemetry } from './telemetry.js';
 
 export interface Service {
   config: ServerConfig;
@@ -21,6 +22,8 @@ export interface Service {
   createServer: () => McpServer;
   /** HTTP callers and their scopes; unset, HTTP takes every caller as the local one. */
   bearerTokens?: BearerTokens | undefined;
+  /** The server's spans, and what to send before it exits. */
+  telemetry?: Telemetry;
 }
 
 export async function serve({
@@ -29,6 +32,7 @@ export async function serve({
   claims,
   createServer,
   bearerTokens,
+  telemetry,
 }: Service): Promise<void> {
   // Store URLs may carry a password; host and port mean nothing over stdio (HTTP logs its url).
   const {
@@ -48,6 +52,8 @@ export async function serve({
       for (const close of closers.reverse()) await close();
       await claims.settled(config.leaseMs);
       await backends.close();
+      // After the last decision is recorded, so the figures sent last include it.
+      await telemetry?.close();
       process.exit(0);
     })();
     return stopping;
@@ -72,6 +78,7 @@ export async function serve({
     bearerTokens,
     createServer,
     onerror: reportSdkError,
+    requestSpans: telemetry?.requestSpans,
   }).catch(async (error: unknown) => {
     await backends.close();
     throw new Error(

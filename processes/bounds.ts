@@ -11,6 +11,13 @@ export const INSTALL_TIMEOUT_MS = 300_000;
 /** A process (a server, Redis, Postgres) from spawn to answering its first request. */
 export const START_TIMEOUT_MS = 30_000;
 
+/**
+ * An agent framework's loop in a process of its own, from spawn to its answer: a start (the
+ * framework's modules are many), then a few calls with the framework's own backoff between them
+ * (the AI SDK waits 2 s before its first retry).
+ */
+export const AGENT_RUN_TIMEOUT_MS = 60_000;
+
 /** Something that should hold in milliseconds (a reply, a log line, a process gone). */
 export const WAIT_MS = 15_000;
 

@@ -30,7 +30,7 @@ import {
 import { START_TIMEOUT_MS } from './bounds.js';
 
 /** The repository's root, where the demo's scripts are. */
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 
 /** The two protocol eras one server answers. */
 export type Era = typeof MODERN_PROTOCOL_VERSION | typeof LEGACY_PROTOCOL_VERSION;
@@ -194,6 +194,8 @@ function decisionsIn(stderrLines: string[]): Array<Record<string, unknown>> {
 export interface HttpInstance {
   pid: number;
   url: URL;
+  /** Where it serves Prometheus text, when started with `--metrics-port`. */
+  metricsUrl: URL | undefined;
   stderrLines: string[];
   /** The guard's decision log lines, parsed. */
   decisions(): Array<Record<string, unknown>>;
@@ -269,9 +271,14 @@ export async function startHttpInstance(
     await exited;
     clearTimeout(timer);
   };
+  // Logged before the listening line, once the metrics server listens.
+  const metrics = stderrLines
+    .map((line) => /"event":"metrics","url":"([^"]+)"/.exec(line)?.[1])
+    .find(Boolean);
   return {
     pid,
     url,
+    metricsUrl: metrics === undefined ? undefined : new URL(metrics),
     stderrLines,
     decisions: () => decisionsIn(stderrLines),
     kill: () => end('SIGKILL', 0),
@@ -314,8 +321,9 @@ export interface RawRequest {
 }
 
 /**
- * POSTs one 2026-07-28 request as raw JSON-RPC: the envelope in `params._meta`, and the
- * `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers the revision requires over HTTP.
+ * POSTs one 2026-07-28 request as raw JSON-RPC: the envelope in `params._meta` (beside whatever
+ * `_meta` the request carries, a trace context), and the `MCP-Protocol-Version`, `Mcp-Method` and
+ * `Mcp-Name` headers the revision requires over HTTP.
  */
 export function postModern(
   url: URL,
@@ -338,7 +346,7 @@ export function postModern(
       jsonrpc: '2.0',
       id: request.id,
       method: request.method,
-      params: { ...request.params, _meta: MODERN_ENVELOPE },
+      params: { ...request.params, _meta: { ...Object(request.params._meta), ...MODERN_ENVELOPE } },
     }),
     signal,
   });

@@ -1,4 +1,4 @@
-// --- A holder killed mid-charge, its retry on another instance: what scenarios 16 and 17 show ---
+// --- A holder killed mid-charge, its retry on another instance: what scenarios 16 and 19 show ---
 //
 // The balance lives beside the records (Postgres, a SQLite file) and a keyed charge commits with
 // its record, so a process killed between its write and its commit leaves neither; and the claim

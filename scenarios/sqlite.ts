@@ -1,4 +1,4 @@
-// --- Scenario 17: stdio servers on one SQLite file, killed and started again ---
+// --- Scenario 19: stdio servers on one SQLite file, killed and started again ---
 //
 // The server most users run: over stdio, started by a desktop host, with no database server.
 // `--store sqlite` keeps its records, and the balance beside them, in a file. Two server processes
@@ -19,7 +19,7 @@ import { killedMidCharge } from './killed-mid-charge.js';
 import { errorFrom, expect, heading, say, textOf } from './narration.js';
 import { SLOW_CHARGE_MS, sleep } from './timings.js';
 
-/** Scenario 17: needs nothing installed but this package (node:sqlite, or better-sqlite3 on Node 20). */
+/** Scenario 19: needs nothing installed but this package (node:sqlite, or better-sqlite3 on Node 20). */
 export async function runSqliteScenarios(): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), 'sep3182-demo-sqlite-'));
   try {
@@ -30,9 +30,9 @@ export async function runSqliteScenarios(): Promise<void> {
 }
 
 async function stdioServersOnOneFile(file: string): Promise<void> {
-  const s = '17 SQLite';
+  const s = '19 SQLite';
   heading(
-    'Scenario 17: stdio servers on one SQLite file; A killed mid-charge, B killed after answering',
+    'Scenario 19: stdio servers on one SQLite file; A killed mid-charge, B killed after answering',
     `--store sqlite --sqlite-path ${file}: the records, and the balance beside them, in one file. Default lease (${DEFAULT_LEASE_MS / 1000} s). Each charge takes ${SLOW_CHARGE_MS} ms between its write and its commit.`,
   );
   const args = ['--store', 'sqlite', '--sqlite-path', file, '--charge-latency-ms', String(SLOW_CHARGE_MS)];

@@ -9,8 +9,8 @@ import {
   SdkErrorCode,
   StreamableHTTPClientTransport,
 } from '@modelcontextprotocol/client';
-import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
-import { IdempotencyErrorType, idempotencyErrorOf, MemoryIdempotencyStore } from 'mcp-request-idempotency';
+import { createMcpHandler } from '@modelcontextprotocol/server';
+import { IdempotencyErrorType, idempotencyErrorOf } from 'mcp-request-idempotency';
 import {
   type Attempt,
   callTool,
@@ -30,7 +30,7 @@ import {
   resetLedger,
   startHttpInstance,
 } from '../processes/launch.js';
-import { registerDemoTools, type ToolRegistry } from '../server.js';
+import { bareDemoServer } from './support/http.js';
 
 /** The provider's latency: long enough for a client to give up on a charge still running. */
 const CHARGE_LATENCY_MS = 600;
@@ -304,16 +304,7 @@ describe.each(ERAS)('IdempotentClient on %s, against the demo server', (era: Era
 describe.each(ERAS)('IdempotentClient on %s, against a server without the capability', (era: Era) => {
   test('sends no key, does not retry a lost answer, and warns once', async () => {
     const ledger = new MemoryLedger(CHARGE_LATENCY_MS);
-    const handler = createMcpHandler(() => {
-      const mcp = new McpServer({ name: 'no-capability', version: '0' });
-      const tools: ToolRegistry = {
-        withAmount: (name, { scope: _scope, ...config }, run) => void mcp.registerTool(name, config, run),
-        withoutArguments: (name, { scope: _scope, ...config }, run) =>
-          void mcp.registerTool(name, config, run),
-      };
-      registerDemoTools(tools, ledger, new MemoryIdempotencyStore());
-      return mcp;
-    });
+    const handler = createMcpHandler(() => bareDemoServer(ledger));
     const bare = wire((url, init) => handler.fetch(new Request(url, init)));
     const warnings: string[] = [];
     const attempts: Attempt[] = [];

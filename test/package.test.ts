@@ -84,10 +84,16 @@ beforeAll(async () => {
     '@modelcontextprotocol/client',
     '@modelcontextprotocol/node',
     '@modelcontextprotocol/sdk',
+    '@opentelemetry/api',
+    '@opentelemetry/sdk-metrics',
+    '@opentelemetry/exporter-prometheus',
     '@redis/client',
     'pg',
     '@types/pg',
     'zod',
+    // The LangChain adapter builds its middleware with langchain's own createMiddleware.
+    'langchain',
+    '@langchain/core',
     'typescript',
     '@types/node',
   ].map(pinned);
@@ -171,7 +177,19 @@ describe('the library, installed from its tarball', () => {
   });
 
   it('imports every subpath in Node', async () => {
-    const subpaths = ['', '/sdk-v2', '/sdk-v1', '/redis', '/postgres', '/sqlite', '/client'];
+    const subpaths = [
+      '',
+      '/sdk-v2',
+      '/sdk-v1',
+      '/redis',
+      '/postgres',
+      '/sqlite',
+      '/client',
+      '/otel',
+      '/ai-sdk',
+      '/langchain',
+      '/mastra',
+    ];
     const script = `for (const p of ${JSON.stringify(subpaths)}) { const m = await import('mcp-request-idempotency' + p); if (Object.keys(m).length === 0) throw new Error(p); }
 const { version } = (await import('mcp-request-idempotency/package.json', { with: { type: 'json' } })).default;
 console.log(version);`;

@@ -80,6 +80,18 @@ describe('a start-up mistake', () => {
     ],
     ['a malformed number', ['--max-records', '1e3'], 2, /^--max-records must be an integer ≥ 1, got "1e3"/],
     [
+      'a metrics port past 65535',
+      ['--metrics-port', '70000'],
+      2,
+      /^--metrics-port must be an integer from 0 to 65535, got "70000"/,
+    ],
+    [
+      'a metrics port that is the MCP port',
+      ['--http', '--port', '8080', '--metrics-port', '8080'],
+      2,
+      /^--metrics-port 8080 is the --port: give the metrics a port of their own/,
+    ],
+    [
       'a provider URL that is not http',
       ['--provider-url', 'ftp://127.0.0.1/'],
       2,
@@ -167,21 +179,22 @@ describe('a start-up mistake', () => {
     RUN_TIMEOUT_MS,
   );
 
-  test.concurrent(
-    'a port already taken: one line naming it, exit 1',
-    async () => {
+  test.concurrent.each([
+    ['--port', 'cannot listen on', 'give another --host or --port'],
+    ['--metrics-port', 'cannot serve metrics on', 'give another --metrics-port'],
+  ])(
+    'a %s already taken: one line naming it, exit 1',
+    async (flag, refused, what) => {
       const taken = createServer();
       await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
       const address = taken.address();
       if (address === null || typeof address === 'string') throw new Error('no TCP port from the OS');
       const { port } = address;
       try {
-        const run = await runServer('--http', '--port', String(port));
+        const run = await runServer('--http', flag, String(port));
         expect(run.code).toBe(1);
         expect(run.stderr).toMatch(
-          new RegExp(
-            `^server\\.ts: cannot listen on 127\\.0\\.0\\.1:${port} \\(listen EADDRINUSE.*\\): give another --host or --port`,
-          ),
+          new RegExp(`^server\\.ts: ${refused} 127\\.0\\.0\\.1:${port} \\(listen EADDRINUSE.*\\): ${what}`),
         );
         expect(run.stderr.trimEnd().split('\n')).toHaveLength(1);
       } finally {

@@ -17,7 +17,10 @@ import {
   type TransportSendOptions,
 } from '@modelcontextprotocol/client';
 import { z } from 'zod';
+import { advertisesIdempotency, field } from './capability.js';
 import { IdempotencyErrorType, idempotencyErrorOf } from './errors.js';
+
+export { advertisesIdempotency } from './capability.js';
 
 /** The stateless protocol revision the SEP is written for. */
 export const MODERN_PROTOCOL_VERSION = '2026-07-28';
@@ -422,15 +425,4 @@ export function captureInitializeCapabilities(transport: Transport): Promise<unk
       }
     };
   });
-}
-
-/** SEP: `{"capabilities":{"tools":{"idempotency":{}}}}`, intentionally empty. */
-export function advertisesIdempotency(capabilities: unknown): boolean {
-  const tools: unknown = field(capabilities, 'tools');
-  const idempotency: unknown = field(tools, 'idempotency');
-  return typeof idempotency === 'object' && idempotency !== null;
-}
-
-function field(value: unknown, name: string): unknown {
-  return typeof value === 'object' && value !== null ? Reflect.get(value, name) : undefined;
 }

@@ -114,6 +114,11 @@ export function idempotencyError(
   return new JsonRpcError(CODE_OF[type], message, data);
 }
 
+/** The JSON-RPC code an SEP-3182 error of `type` is answered with. */
+export function idempotencyErrorCode(type: IdempotencyErrorType): number {
+  return CODE_OF[type];
+}
+
 const KNOWN_TYPES = new Set<string>(Object.values(IdempotencyErrorType));
 
 function isErrorType(value: unknown): value is IdempotencyErrorType {

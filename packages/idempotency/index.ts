@@ -5,7 +5,8 @@
 // so a server pulls in one SDK. The SQLite, Redis and Postgres stores are subpaths of their own
 // (`/sqlite`, `/redis`, `/postgres`) for the same reason: a server that keeps its records in memory,
 // or in a store of its own, installs no database client. The client helpers (`/client`) are on
-// @modelcontextprotocol/client 2.x.
+// @modelcontextprotocol/client 2.x. The OpenTelemetry figures (`/otel`) are on @opentelemetry/api,
+// which a server that does not import them needs not install.
 
 export * from './claims-in-flight.js';
 export * from './errors.js';

@@ -1,7 +1,15 @@
 // Real server processes serving stateless Streamable HTTP on loopback, and clients for them.
 
+import { once } from 'node:events';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { toNodeHandler } from '@modelcontextprotocol/node';
+import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
+import { MemoryIdempotencyStore } from 'mcp-request-idempotency';
+import type { Ledger } from '../../ledger.js';
 import { connect, type Peer } from '../../packages/checker/wire.js';
 import { connectHttpClient, type Era, startHttpInstance } from '../../processes/launch.js';
+import { registerDemoTools, type ToolRegistry } from '../../server.js';
 import { type Connection, PEER_TIMEOUT_MS } from './sep-cases.js';
 
 export { connectHttpClient, type HttpInstance, startHttpInstance } from '../../processes/launch.js';
@@ -33,6 +41,36 @@ export async function connectHttp(args: string[], era: Era): Promise<Connection>
     close: async () => {
       await client.close();
       await instance.stop();
+    },
+  };
+}
+
+// --- A server without the capability: the demo's tools on a bare McpServer, no guard ---
+
+/** The demo's tools on the SDK's bare server: no guard, so no `tools.idempotency` either. */
+export function bareDemoServer(ledger: Ledger): McpServer {
+  const mcp = new McpServer({ name: 'no-capability', version: '0' });
+  const tools: ToolRegistry = {
+    withAmount: (name, { scope: _scope, ...config }, run) => void mcp.registerTool(name, config, run),
+    withoutArguments: (name, { scope: _scope, ...config }, run) => void mcp.registerTool(name, config, run),
+  };
+  registerDemoTools(tools, ledger, new MemoryIdempotencyStore());
+  return mcp;
+}
+
+/** `bareDemoServer` over stateless HTTP on loopback, in this process. */
+export async function startBareHttpServer(ledger: Ledger): Promise<{ url: URL; close(): Promise<void> }> {
+  const handler = createMcpHandler(() => bareDemoServer(ledger));
+  const http = createServer(toNodeHandler(handler));
+  http.listen(0, '127.0.0.1');
+  await once(http, 'listening');
+  const { port } = http.address() as AddressInfo;
+  return {
+    url: new URL(`http://127.0.0.1:${port}/mcp`),
+    close: async () => {
+      http.closeAllConnections();
+      http.close();
+      await handler.close();
     },
   };
 }

@@ -1,11 +1,12 @@
-// --- A Node.js new enough for the 2026-07-28 conformance suite ---
+// --- A Node.js new enough for the 2026-07-28 conformance suite and the agent frameworks ---
 //
 // The suite's 0.2 line imports `fs.globSync` when it loads, and Node 20 (the project's engine)
-// has none. Rather than move the whole project off Node 20, only that one child process runs on
-// a newer Node: this one if it is new enough, else the one `SEP3182_NODE24` names, else the
-// official build from the npm registry, cached in the project. It is not a devDependency
-// because its package declares `bin: node`: npm would link that into node_modules/.bin, and
-// every npm script would then run on it instead of the Node the user chose.
+// has none; the current releases of the AI SDK and Mastra declare Node 22 or later. Rather than
+// move the whole project off Node 20, only those child processes run on a newer Node: this one
+// if it is new enough, else the one `SEP3182_NODE24` names, else the official build from the
+// npm registry, cached in the project. It is not a devDependency because its package declares
+// `bin: node`: npm would link that into node_modules/.bin, and every npm script would then run on
+// it instead of the Node the user chose.
 //
 // `tsx test/support/node24.ts` prints the binary's path, for scripts that need it too.
 
@@ -76,7 +77,7 @@ async function installIntoCache(): Promise<void> {
       `no cached Node for ${process.platform}-${process.arch}: set ${NODE24_ENV} to a Node ${MIN_MAJOR}+ binary`,
     );
   process.stderr.write(
-    `installing ${PACKAGE} into ${CACHE} (once) to run the 2026-07-28 conformance suite\n`,
+    `installing ${PACKAGE} into ${CACHE} (once) for what needs Node ${MIN_MAJOR}+ (the 2026-07-28 conformance suite, agent frameworks)\n`,
   );
   await mkdir(CACHE_PARENT, { recursive: true });
   // Installed beside the cache, then renamed into place: an interrupted download, or a second

@@ -1,0 +1,56 @@
+// --- Vercel AI SDK (`ai`, `@ai-sdk/mcp`): one idempotencyKey per tool call, on every retry ---
+//
+// Where the AI SDK repeats a tool call: its MCP client (`createMCPClient({ maxRetries })`) sends
+// a tools/call again when the last attempt failed with HTTP 408, 409, 429 or 5xx or a reset
+// connection, inside the tool's one execution, possibly after the server ran it. It sends
+// `{ name, arguments }` only, and the MCP tool's `execute` drops the `toolCallId` the SDK gives it.
+//
+// The hooks it offers: the tools are plain objects (`withIdempotencyKeys` runs each `execute` with
+// the key of its tool call), and the MCP client takes a `fetch` in its HTTP transport options or
+// any transport object (the wire wrappers write the key in). Nothing here imports the AI SDK.
+
+import { type AgentToolCall, type ExecutableTool, type Warn, withKeyedExecutions } from './agent-call.js';
+
+export { fetchWithIdempotencyKeys, transportWithIdempotencyKeys, type WireOptions } from './agent-wire.js';
+
+/** What the AI SDK gives a tool's `execute`, as far as the key needs it. */
+interface ExecutionOptions {
+  toolCallId: string;
+  /** What was sent to the model for the response that issued the call: its position is their count. */
+  messages: readonly unknown[];
+}
+
+export interface AiSdkKeyOptions {
+  /**
+   * The conversation these tool calls belong to: your chat's id, the same wherever its tool calls
+   * may run again (a re-sent conversation, a resumed approval); or a new UUID for each run that
+   * has none. Never one value for unrelated runs: providers that number their tool-call ids
+   * (`call_0`, …) would give two of them one key, and the second call would get the first's answer.
+   */
+  thread: string;
+  /** Told once if a tool call went out without a key (no wrapped fetch or transport saw it). */
+  onWarning?: Warn;
+}
+
+/**
+ * The MCP tools, each `execute` run with its tool call's key: derived from `thread`, the position
+ * of the model's response in the conversation, the tool's name and the `toolCallId`. Wrap what
+ * `mcpClient.tools()` returned, and give that client `fetchWithIdempotencyKeys()` (or wrap its
+ * transport): only then does the key reach the server. Tools of other kinds are not for this:
+ * only a call of an MCP tool has a tools/call to key.
+ */
+export function withIdempotencyKeys<TOOLS extends { [K in keyof TOOLS]: ExecutableTool<ExecutionOptions> }>(
+  tools: TOOLS,
+  { thread, onWarning }: AiSdkKeyOptions,
+): TOOLS {
+  return withKeyedExecutions(
+    tools,
+    (tool, options: ExecutionOptions): AgentToolCall => ({
+      thread,
+      response: String(options.messages.length),
+      tool,
+      toolCallId: options.toolCallId,
+    }),
+    onWarning,
+  );
+}
