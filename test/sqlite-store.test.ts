@@ -377,6 +377,27 @@ describe('a holder process, alive or dead', () => {
   });
 });
 
+describe('expired records', () => {
+  it('are deleted, with their usage, even of callers that never come back', async () => {
+    let now = 1_000_000;
+    const store = await openStore(newFile(), { now: () => now });
+    for (let n = 0; n < 100; n++)
+      await store.complete(await claimTicket(store, newId(`gone-${n}`)), RESULT, SHORT_MS);
+    const left = async () =>
+      store.transaction((db) => ({
+        records: db.get("SELECT count(*) AS n FROM sep3182_idem_records WHERE scope LIKE 'gone-%'")?.n,
+        usage: db.get("SELECT count(*) AS n FROM sep3182_idem_usage WHERE scope LIKE 'gone-%'")?.n,
+      }));
+    expect(await left()).toStrictEqual({ records: 100, usage: 100 });
+
+    now += SHORT_MS;
+    // Only others call from now on: a few hundred of their claims sweep the whole file.
+    for (let n = 0; n < 300; n++) await claimTicket(store, newId('still-here'));
+
+    expect(await left()).toStrictEqual({ records: 0, usage: 0 });
+  });
+});
+
 describe('kept across restarts', () => {
   it('replays a record, byte for byte, after the store is closed and opened again', async () => {
     const file = newFile();

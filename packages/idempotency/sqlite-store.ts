@@ -269,8 +269,13 @@ const SQL = {
   recount: `SELECT count(*) AS records, coalesce(sum(bytes), 0) AS bytes, min(expires_at) AS next_expiry
     FROM sep3182_idem_records WHERE scope = ?`,
   setUsage: 'UPDATE sep3182_idem_usage SET records = ?, bytes = ?, next_expiry = ? WHERE scope = ?',
-  sweep: `SELECT scope, idempotency_key, bytes, expires_at FROM sep3182_idem_records
-    WHERE (scope, idempotency_key) > (?, ?) ORDER BY scope, idempotency_key LIMIT ${SWEEP_ROWS}`,
+  // ? the last record swept (scope, key), now: of the next SWEEP_ROWS records, the expired ones
+  // (only those become rows here: most sweeps answer none), and where the next sweep goes on from.
+  sweep: `SELECT scope, idempotency_key, bytes FROM (SELECT scope, idempotency_key, bytes, expires_at
+      FROM sep3182_idem_records WHERE (scope, idempotency_key) > (?, ?)
+      ORDER BY scope, idempotency_key LIMIT ${SWEEP_ROWS}) WHERE expires_at <= ?`,
+  sweptTo: `SELECT scope, idempotency_key FROM sep3182_idem_records WHERE (scope, idempotency_key) > (?, ?)
+    ORDER BY scope, idempotency_key LIMIT 1 OFFSET ${SWEEP_ROWS - 1}`,
   sweepOne: 'DELETE FROM sep3182_idem_records WHERE scope = ? AND idempotency_key = ? AND expires_at <= ?',
   orphan: `UPDATE sep3182_idem_records SET holder_pid = NULL, holder_started = NULL, holder_host = NULL
     WHERE token = ? AND state = 'inProgress'`,
@@ -740,12 +745,11 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
 
   /** Deletes the expired among the next SWEEP_ROWS records, whoever's, and uncounts them. */
   private sweep(db: SqliteConnection, now: number): void {
-    const rows = db.all(SQL.sweep, ...this.sweptTo);
-    const last = rows.at(-1);
-    this.sweptTo =
-      rows.length < SWEEP_ROWS || !last ? ['', ''] : [String(last.scope), String(last.idempotency_key)];
-    for (const row of rows) {
-      if (integer(row.expires_at) > now) continue;
+    const expired = db.all(SQL.sweep, ...this.sweptTo, now);
+    const last = db.get(SQL.sweptTo, ...this.sweptTo);
+    // Past the last record, round again from the first.
+    this.sweptTo = last ? [String(last.scope), String(last.idempotency_key)] : ['', ''];
+    for (const row of expired) {
       const scope = String(row.scope);
       if (db.run(SQL.sweepOne, scope, String(row.idempotency_key), now) === 0) continue;
       db.run(SQL.uncount, -1, -integer(row.bytes), scope);
