@@ -43,6 +43,7 @@ import { runPostgresScenarios } from './scenarios/postgres.js';
 import { runProviderScenarios } from './scenarios/provider-hop.js';
 import { refundAsksFirst } from './scenarios/refund-asks-first.js';
 import { runScaleOutScenarios } from './scenarios/scale-out-on-redis.js';
+import { runSqliteScenarios } from './scenarios/sqlite.js';
 import { IMPATIENT_RETRIES, IMPATIENT_TIMEOUT_MS, SLOW_CHARGE_MS, sleep } from './scenarios/timings.js';
 import { v1ClientSameDeduplication } from './scenarios/v1-client.js';
 
@@ -315,6 +316,7 @@ async function main(): Promise<void> {
   await runPostgresScenarios();
   if (!scaleOnly) await decisionsScraped();
   if (!scaleOnly) await agentFrameworkRetries();
+  if (!scaleOnly) await runSqliteScenarios();
   printTable();
   process.exitCode = everyExpectationHeld() ? 0 : 1;
 }

@@ -3,12 +3,12 @@
 //   npm run bench               the full run, a few minutes on a 2-core machine
 //   npm run bench -- --quick    a smoke run (CI), well under a minute; its figures are rough
 //
-// One question per file (transports, guard-alone, otel, redis, postgres, memory, scaling, concurrency);
-// harness.ts is how they measure, calls.ts what they call. Tables go to stdout, the figures and the
-// machine to bench/results/latest.json, which the README quotes (a quick run writes to the temporary
-// directory). Targets are reported, never asserted: only a wrong answer (a figure from the wrong
-// path) or a broken setup fails. Every server, Redis and Postgres started here is stopped, on error
-// and on Ctrl-C too.
+// One question per file (transports, guard-alone, otel, redis, postgres, sqlite, memory, scaling,
+// concurrency); harness.ts is how they measure, calls.ts what they call. Tables go to stdout, the
+// figures and the machine to bench/results/latest.json, which the README quotes (a quick run writes
+// to the temporary directory). Targets are reported, never asserted: only a wrong answer (a figure
+// from the wrong path) or a broken setup fails. Every server, Redis and Postgres started here is
+// stopped, on error and on Ctrl-C too.
 
 import { randomUUID } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
@@ -31,6 +31,7 @@ import { measureConcurrency } from './concurrency.js';
 import { type Report, runChild, table, yesNo } from './harness.js';
 import { measureStatements } from './postgres.js';
 import { measureRoundTrips } from './redis.js';
+import { measureSqlite } from './sqlite.js';
 import { measureTransports, SETUPS } from './transports.js';
 
 const FULL = {
@@ -47,6 +48,7 @@ const FULL = {
   memoryCalls: 1_000_000,
   scaling: { rounds: 10, batchCalls: 500, sizes: [1e3, 1e5, 1e6] },
   concurrency: { rounds: 3, phaseMs: 400 },
+  sqlite: { rounds: 20, warmupRounds: 2, batchCalls: 300 },
 };
 
 const QUICK: typeof FULL = {
@@ -61,6 +63,7 @@ const QUICK: typeof FULL = {
   memoryCalls: 150_000,
   scaling: { rounds: 2, batchCalls: 100, sizes: [1e3, 1e4, 1e5] },
   concurrency: { rounds: 1, phaseMs: 100 },
+  sqlite: { rounds: 3, warmupRounds: 1, batchCalls: 50 },
 };
 
 // --- Cleanup: whatever was started is stopped, however the run ends ---
@@ -156,6 +159,8 @@ async function main(): Promise<void> {
   const concurrent = pairs.filter((pair) => pair.transport !== 'stdio');
   reports.concurrency = await measureConcurrency(concurrent, plan.concurrency);
   await closeAll();
+  note('SQLite against memory, over stdio');
+  reports.sqlite = await measureSqlite(plan.sqlite, note);
 
   note(`memory: ${plan.memoryCalls.toLocaleString('en')} keyed calls`);
   reports.memory = await runChild('memory.ts', [plan.memoryCalls], ['--expose-gc']);
@@ -188,6 +193,7 @@ async function main(): Promise<void> {
     'otel',
     'roundTrips',
     'postgresRoundTrips',
+    'sqlite',
     'memory',
     'scaling',
     'concurrency',

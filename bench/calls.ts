@@ -30,7 +30,7 @@ import { connectHttpClient, connectToServer, type Era, startHttpInstance } from 
 import { checkedCall, type Outcome, timed, type Variant } from './harness.js';
 
 export type TransportName = 'in-process' | 'stdio' | 'http';
-export type StoreName = 'memory' | 'redis' | 'postgres';
+export type StoreName = 'memory' | 'sqlite' | 'redis' | 'postgres';
 
 /** The benchmark's tool and its small arguments: the demo's charge, one field. */
 export const TOOL = 'charge_guarded';
@@ -95,17 +95,26 @@ export interface PostgresTarget {
 export const postgresPrefix = (postgres: PostgresTarget, transport: TransportName, speed: 'fast' | 'slow') =>
   `${postgres.prefix}${transport.replace(/\W/g, '_')}_${speed}_`;
 
+/** Where SQLite servers keep their files (one each), with which durability, and where the balance lives. */
+export interface SqliteTarget {
+  dir: string;
+  synchronous: 'normal' | 'full';
+  /** `sqlite`: each keyed charge commits in its record's transaction; `memory`: the store alone. */
+  ledger: 'memory' | 'sqlite';
+}
+
 /** The shared stores this run has; a store without one is not measured. */
 export interface StoreTargets {
   redis?: RedisTarget;
   postgres?: PostgresTarget;
+  sqlite?: SqliteTarget;
 }
 
 export async function openServer(
   transport: TransportName,
   store: StoreName,
   speed: 'fast' | 'slow',
-  { redis, postgres }: StoreTargets = {},
+  { redis, postgres, sqlite }: StoreTargets = {},
 ): Promise<Server> {
   const latencyMs = speed === 'slow' ? SLOW_CHARGE_MS : 0;
   // ONE_CALLER_QUOTA, as the server's options.
@@ -125,6 +134,14 @@ export async function openServer(
     // it): a second original would wait on the first past the store's statement timeout, and
     // fail. An in-progress answer never reaches the ledger, so the slow one charges in process.
     if (speed === 'slow') args.push('--ledger=memory');
+  }
+  if (store === 'sqlite' && sqlite) {
+    const { dir, synchronous, ledger } = sqlite;
+    args.push('--store=sqlite', `--sqlite-synchronous=${synchronous}`);
+    args.push(`--sqlite-path=${dir}/${transport}-${speed}-${synchronous}-${ledger}.sqlite`);
+    // As for Postgres: a slow charge in the record's transaction would hold the file's write lock
+    // for the whole SLOW_CHARGE_MS; the in-progress answers never reach the ledger anyway.
+    args.push(`--ledger=${speed === 'slow' ? 'memory' : ledger}`);
   }
   const opened: Endpoint[] = [];
   const server = (connect: (era: Era) => Promise<Endpoint>, stop = async () => {}): Server => ({

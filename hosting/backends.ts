@@ -1,8 +1,8 @@
 // --- Where the demo server keeps its records and its balance ---
 //
 // The idempotency store and the ledger a charge mutates, opened from the command line's choice:
-// memory, Redis (or a Redis Cluster), Postgres, or a payment provider over HTTP. A store that
-// does not answer at start-up is one line for the operator: where, why, and what to do.
+// memory, a SQLite file, Redis (or a Redis Cluster), Postgres, or a payment provider over HTTP. A
+// store that does not answer at start-up is one line for the operator: where, why, and what to do.
 
 import {
   type IdempotencyStore,
@@ -16,7 +16,15 @@ import {
   connectRedisCluster,
   RedisIdempotencyStore,
 } from 'mcp-request-idempotency/redis';
-import { type Ledger, MemoryLedger, PostgresLedger, ProviderLedger, RedisLedger } from '../ledger.js';
+import { SqliteIdempotencyStore } from 'mcp-request-idempotency/sqlite';
+import {
+  type Ledger,
+  MemoryLedger,
+  PostgresLedger,
+  ProviderLedger,
+  RedisLedger,
+  SqliteLedger,
+} from '../ledger.js';
 import { messageOf, type ServerConfig } from './cli.js';
 import { log } from './log.js';
 
@@ -27,9 +35,9 @@ export interface Backends {
 }
 
 /**
- * The dedup store and the ledger: both in this process, or both shared in Redis or in Postgres
- * (or the ledger in this process, whatever the store); or the ledger is a payment provider over
- * HTTP, which every instance shares by itself.
+ * The dedup store and the ledger: both in this process, or both shared in a SQLite file, in Redis
+ * or in Postgres (or the ledger in this process, whatever the store); or the ledger is a payment
+ * provider over HTTP, which every instance shares by itself.
  */
 export async function openBackends(config: ServerConfig): Promise<Backends> {
   return openStoreAndLedger(config).catch((error: unknown) => {
@@ -57,6 +65,23 @@ async function openStoreAndLedger(config: ServerConfig): Promise<Backends> {
       ledger: provider ?? new MemoryLedger(config.chargeLatencyMs),
       close: async () => {},
     };
+  }
+  if (config.store === 'sqlite') {
+    const store = await SqliteIdempotencyStore.open(config.sqlitePath ?? '', {
+      synchronous: config.sqliteSynchronous,
+      maxRecordsPerScope: config.maxRecordsPerCaller,
+      maxBytesPerScope: config.maxBytesPerCaller,
+    });
+    try {
+      return {
+        store,
+        ledger: provider ?? inProcess ?? (await SqliteLedger.open(store, config.chargeLatencyMs)),
+        close: () => store.close(),
+      };
+    } catch (error) {
+      await store.close();
+      throw error;
+    }
   }
   if (config.store === 'postgres') {
     const store = await PostgresIdempotencyStore.connect(config.postgresUrl ?? '', {
@@ -105,14 +130,16 @@ async function openStoreAndLedger(config: ServerConfig): Promise<Backends> {
 
 /** What an operator reads when the store does not answer at start-up: where, why, and what to do. */
 function unreachableStore(config: ServerConfig, error: unknown): string {
+  // The store's own wrapper says only "unavailable"; its cause says why.
+  const why = error instanceof StoreUnavailableError && error.cause !== undefined ? error.cause : error;
+  // A file has no server to start: the store's message names the file, what is wrong, what to do.
+  if (config.store === 'sqlite') return `${messageOf(why)} (--sqlite-path)`;
   const [store, where, flag] =
     config.store === 'postgres'
       ? ['Postgres', withoutPassword(config.postgresUrl ?? ''), '--postgres-url']
       : config.redisCluster
         ? ['the Redis Cluster', config.redisCluster.map(withoutPassword).join(','), '--redis-cluster']
         : ['Redis', withoutPassword(config.redisUrl), '--redis-url'];
-  // The store's own wrapper says only "unavailable"; its cause says why.
-  const why = error instanceof StoreUnavailableError && error.cause !== undefined ? error.cause : error;
   return `cannot reach ${store} at ${where} (${messageOf(why)}): start it, or give ${flag} of one that runs`;
 }
 

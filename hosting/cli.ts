@@ -13,10 +13,11 @@ import {
   DEFAULT_PROVIDER_KEY_RETENTION_MS,
   DEFAULT_RETENTION_MS,
 } from 'mcp-request-idempotency';
+import { DEFAULT_SQLITE_SYNCHRONOUS, type SqliteSynchronous } from 'mcp-request-idempotency/sqlite';
 import { DEFAULT_PROVIDER_TIMEOUT_MS } from '../ledger.js';
 import { DEFAULT_LOG_FLUSH_MS } from './log.js';
 
-const STORE_KINDS = ['memory', 'redis', 'postgres'] as const;
+const STORE_KINDS = ['memory', 'sqlite', 'redis', 'postgres'] as const;
 export type StoreKind = (typeof STORE_KINDS)[number];
 
 export interface ServerConfig {
@@ -28,6 +29,10 @@ export interface ServerConfig {
   ledger: StoreKind;
   postgresUrl: string | undefined;
   postgresPrefix: string;
+  /** The SQLite file of `--store sqlite`: the records, and the balance beside them. */
+  sqlitePath: string | undefined;
+  /** What a SQLite commit survives: a process crash (`normal`), or a power loss too (`full`). */
+  sqliteSynchronous: SqliteSynchronous;
   redisUrl: string;
   /** Seed nodes of a Redis Cluster: when set, the store and the ledger use it, not `redisUrl`. */
   redisCluster: string[] | undefined;
@@ -54,9 +59,13 @@ const USAGE = `Usage: tsx server.ts [options]
   --http                    serve stateless Streamable HTTP at /mcp instead of stdio
   --host H                  HTTP host (default 127.0.0.1)
   --port N                  HTTP port (default 3000; 0 picks a free one)
-  --store memory|redis|postgres  where idempotency records live (default memory)
-  --ledger memory|redis|postgres  where the balance lives (default: beside the records). With
-                            postgres, each keyed charge commits in its record's transaction
+  --store memory|sqlite|redis|postgres  where idempotency records live (default memory)
+  --ledger memory|sqlite|redis|postgres  where the balance lives (default: beside the records). With
+                            sqlite or postgres, each keyed charge commits in its record's transaction
+  --sqlite-path FILE        the SQLite file of --store sqlite (created if missing), which outlives the
+                            process: a stdio server restarted on it replays what it answered
+  --sqlite-synchronous normal|full  what a SQLite commit survives (default normal): a process crash;
+                            full: a power loss too, at an fsync per write
   --postgres-url URL        default $DATABASE_URL (needs --store postgres)
   --postgres-prefix P       prefix of every table this server creates (default sep3182_)
   --redis-url URL           default $REDIS_URL, else redis://127.0.0.1:6379
@@ -105,6 +114,8 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
       ledger: { type: 'string' },
       'postgres-url': { type: 'string' },
       'postgres-prefix': { type: 'string', default: 'sep3182_' },
+      'sqlite-path': { type: 'string' },
+      'sqlite-synchronous': { type: 'string' },
       'provider-url': { type: 'string' },
       'provider-keys': { type: 'string', default: 'derived' },
       'provider-timeout-ms': { type: 'string', default: String(DEFAULT_PROVIDER_TIMEOUT_MS) },
@@ -135,6 +146,15 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
     storeUrl('--postgres-url', postgresUrl, ['postgres:', 'postgresql:']);
   if (values['postgres-url'] !== undefined && store !== 'postgres')
     throw new Error('--postgres-url needs --store postgres');
+  const sqlitePath = values['sqlite-path'];
+  if (store === 'sqlite' && (sqlitePath === undefined || sqlitePath === ''))
+    throw new Error('--store sqlite needs --sqlite-path FILE (the file its records outlive the process in)');
+  if (sqlitePath !== undefined && store !== 'sqlite') throw new Error('--sqlite-path needs --store sqlite');
+  const sqliteSynchronous = values['sqlite-synchronous'] ?? DEFAULT_SQLITE_SYNCHRONOUS;
+  if (sqliteSynchronous !== 'normal' && sqliteSynchronous !== 'full')
+    throw new Error(`--sqlite-synchronous must be normal or full, got "${sqliteSynchronous}"`);
+  if (values['sqlite-synchronous'] !== undefined && store !== 'sqlite')
+    throw new Error('--sqlite-synchronous needs --store sqlite');
   const redisCluster = values['redis-cluster']?.split(',');
   if (redisCluster && store !== 'redis') throw new Error('--redis-cluster needs --store redis');
   if (redisCluster?.some((url) => url === ''))
@@ -183,6 +203,8 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
     ledger,
     postgresUrl,
     postgresPrefix: values['postgres-prefix'],
+    sqlitePath,
+    sqliteSynchronous,
     providerUrl,
     providerKeys,
     providerTimeoutMs: integerOption('--provider-timeout-ms', values['provider-timeout-ms'], 1),

@@ -9,11 +9,12 @@ import { randomUUID } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
 import { DEFAULT_LEASE_MS } from 'mcp-request-idempotency';
 import { callTool } from 'mcp-request-idempotency/client';
-import { balanceOf, connectHttpClient, resetLedger, startHttpInstance } from '../processes/launch.js';
+import { connectHttpClient, resetLedger, startHttpInstance } from '../processes/launch.js';
 import { startPostgres } from '../processes/postgres.js';
 import { backendFor, POSTGRES_ABSENT } from './backends.js';
-import { errorFrom, expect, heading, say, textOf } from './narration.js';
-import { SLOW_CHARGE_MS, sleep } from './timings.js';
+import { killedMidCharge } from './killed-mid-charge.js';
+import { expect, heading, say, textOf } from './narration.js';
+import { SLOW_CHARGE_MS } from './timings.js';
 
 const DEMO_POSTGRES_PREFIX = 'sep3182_demo_';
 
@@ -56,31 +57,7 @@ async function twoInstancesOnPostgres(postgresUrl: string): Promise<void> {
     say(`  on A: "${textOf(first)}"; the same key on B: "${textOf(retry)}"`);
     expect(s, "a retry on B replays A's record", isDeepStrictEqual(first, retry), textOf(retry));
 
-    await resetLedger(viaA);
-    const killed = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: randomUUID() };
-    const lost = errorFrom(callTool(viaA, killed));
-    await sleep(SLOW_CHARGE_MS / 2); // A has written the charge, and not committed it
-    await a.kill();
-    await lost;
-    const killedAt = performance.now();
-    const answer = await callTool(viaB, killed);
-    const waited = Math.round(performance.now() - killedAt - SLOW_CHARGE_MS);
-    say(
-      `  A SIGKILLed mid-charge; the retry on B: "${textOf(answer)}", after ${waited} ms beyond its own charge`,
-    );
-    expect(
-      s,
-      "B took the dead holder's key at once (not after the lease) and executed",
-      textOf(answer) === 'Charged 100. New balance: 100' && waited < 1_000,
-      `${waited} ms`,
-    );
-    const balance = await balanceOf(viaB);
-    expect(
-      s,
-      "the ledger shows one charge: A's write was rolled back with its record",
-      balance === 100,
-      `balance ${balance}`,
-    );
+    await killedMidCharge(s, { client: viaA, kill: () => a.kill() }, viaB);
   } finally {
     await Promise.allSettled([viaA.close(), viaB.close()]);
     await Promise.allSettled([a.stop(), b.stop()]);

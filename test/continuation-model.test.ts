@@ -12,6 +12,9 @@
 // SEP3182_LONG=1 runs ten times as many programs.
 
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 import type { Client } from '@modelcontextprotocol/client';
 import fc from 'fast-check';
@@ -29,6 +32,7 @@ import {
   type RedisClient,
   RedisIdempotencyStore,
 } from 'mcp-request-idempotency/redis';
+import { SqliteIdempotencyStore } from 'mcp-request-idempotency/sqlite';
 import { afterAll, describe, it } from 'vitest';
 import { MemoryLedger } from '../ledger.js';
 import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../processes/bounds.js';
@@ -41,6 +45,7 @@ const LONG = process.env.SEP3182_LONG === '1';
 const MEMORY_RUNS = LONG ? 3_000 : 300;
 const REDIS_RUNS = LONG ? 500 : 50;
 const POSTGRES_RUNS = LONG ? 500 : 50;
+const SQLITE_RUNS = LONG ? 500 : 50;
 const MAX_COMMANDS = 25;
 /** A refund's own time; two continuations sent together are held apart by `HeldLedger` instead. */
 const REFUND_LATENCY_MS = 20;
@@ -405,6 +410,28 @@ describe('continuations under a key agree with the model of the rules, in Postgr
         await runProgram(store, commands);
       }),
       { numRuns: POSTGRES_RUNS },
+    );
+  }, 300_000);
+});
+
+describe('continuations under a key agree with the model of the rules, in a SQLite file', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'sep3182-sqlite-mrtr-model-'));
+  let sqliteStore: SqliteIdempotencyStore | undefined;
+  afterAll(async () => {
+    await sqliteStore?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it(`with the SQLite store, over ${SQLITE_RUNS} random programs`, async () => {
+    const store = await SqliteIdempotencyStore.open(join(dir, 'records.sqlite'));
+    sqliteStore = store;
+    await fc.assert(
+      fc.asyncProperty(programs(), async (commands) => {
+        // One file for every program: each starts from no records, as each Redis one from its own prefix.
+        await store.clear();
+        await runProgram(store, commands);
+      }),
+      { numRuns: SQLITE_RUNS },
     );
   }, 300_000);
 });

@@ -8,6 +8,10 @@
 //
 // SEP3182_LONG=1 runs ten times as many programs.
 
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import fc from 'fast-check';
 import { MemoryIdempotencyStore } from 'mcp-request-idempotency';
 import { migratePostgresStore, PostgresIdempotencyStore } from 'mcp-request-idempotency/postgres';
@@ -17,6 +21,7 @@ import {
   type RedisClient,
   RedisIdempotencyStore,
 } from 'mcp-request-idempotency/redis';
+import { SqliteIdempotencyStore } from 'mcp-request-idempotency/sqlite';
 import { afterAll, describe, expect, it } from 'vitest';
 import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../processes/bounds.js';
 import { ManualClock } from '../processes/in-process.js';
@@ -36,10 +41,11 @@ const LONG = process.env.SEP3182_LONG === '1';
 const MEMORY_RUNS = LONG ? 2_000 : 200;
 const REDIS_RUNS = LONG ? 250 : 25;
 const POSTGRES_RUNS = LONG ? 250 : 25;
+const SQLITE_RUNS = LONG ? 500 : 50;
 const MAX_COMMANDS = 30;
 
 /** Counted so the report can say how many programs and steps ran. */
-const ran = { memoryPrograms: 0, redisPrograms: 0, postgresPrograms: 0 };
+const ran = { memoryPrograms: 0, sqlitePrograms: 0, redisPrograms: 0, postgresPrograms: 0 };
 
 describe('the guard with the memory store agrees with the reference model', () => {
   const RETENTION_MS = 300_000;
@@ -86,6 +92,68 @@ describe('the guard with the memory store agrees with the reference model', () =
       );
       report('memory store', before);
       expect(ran.memoryPrograms).toBeGreaterThanOrEqual(MEMORY_RUNS);
+    },
+    LONG ? 600_000 : 60_000,
+  );
+});
+
+describe('the guard with the SQLite store, three instances on one file, agrees with the reference model', () => {
+  // The store reads the time from a clock it is given, so "time passing" is exact, as for memory:
+  // each side of the lease and retention edges, and past both.
+  const RETENTION_MS = 300_000;
+  const LEASE_MS = 120_000;
+  const advances = [1, LEASE_MS - 1, LEASE_MS, RETENTION_MS - 1, RETENTION_MS, 2 * RETENTION_MS];
+  const dir = mkdtempSync(join(tmpdir(), 'sep3182-sqlite-model-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  async function start(maxRecordsPerScope: number): Promise<RealSystem> {
+    const clock = new ManualClock();
+    const file = join(dir, `${randomUUID()}.sqlite`);
+    // Each instance its own connection to the file, as each server process has.
+    const stores = await Promise.all(
+      CALLERS.map(() => SqliteIdempotencyStore.open(file, { maxRecordsPerScope, now: clock.now })),
+    );
+    return startRealSystem({
+      storeFor: (caller) => {
+        const store = stores[caller];
+        if (!store) throw new Error(`no store for caller ${caller}`);
+        return store;
+      },
+      retentionMs: RETENTION_MS,
+      leaseMs: LEASE_MS,
+      advance: async (ms) => clock.advance(ms),
+      settleMs: 2,
+      deadlineMs: 2_000,
+      close: async () => {
+        await Promise.all(stores.map((store) => store.close()));
+        rmSync(file, { force: true });
+      },
+    });
+  }
+
+  it(
+    `over ${SQLITE_RUNS} random programs of up to ${MAX_COMMANDS} steps, each instance on its own connection, with and without a quota`,
+    async () => {
+      const before = { ...tally };
+      await fc.assert(
+        fc.asyncProperty(
+          fc.constantFrom(1_000, 1),
+          programs(advances, MAX_COMMANDS),
+          async (maxRecordsPerScope, commands) => {
+            ran.sqlitePrograms += 1;
+            const settings: ModelSettings = {
+              retentionMs: RETENTION_MS,
+              leaseMs: LEASE_MS,
+              maxRecordsPerScope,
+              expiry: 'eager',
+            };
+            await runProgram(settings, () => start(maxRecordsPerScope), commands);
+          },
+        ),
+        { numRuns: SQLITE_RUNS },
+      );
+      report('SQLite store', before);
+      expect(ran.sqlitePrograms).toBeGreaterThanOrEqual(SQLITE_RUNS);
     },
     LONG ? 600_000 : 60_000,
   );

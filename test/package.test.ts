@@ -183,6 +183,7 @@ describe('the library, installed from its tarball', () => {
       '/sdk-v1',
       '/redis',
       '/postgres',
+      '/sqlite',
       '/client',
       '/otel',
       '/ai-sdk',
@@ -222,14 +223,22 @@ console.log(version);`;
           '-e',
           `const m = await import('mcp-request-idempotency'); const store = new m.MemoryIdempotencyStore();
 console.log(typeof m.createToolCallGuard, store.size);
-await import('mcp-request-idempotency/sdk-v2').catch((e) => console.log(e.code, e.message.match(/'(@[^']+)'/)?.[1]));`,
+await import('mcp-request-idempotency/sdk-v2').catch((e) => console.log(e.code, e.message.match(/'(@[^']+)'/)?.[1]));
+const { SqliteIdempotencyStore } = await import('mcp-request-idempotency/sqlite');
+console.log(await SqliteIdempotencyStore.open('records.sqlite').then((s) => (s.close(), s.driver), (e) => e.message));`,
         ],
         { cwd: bare },
       );
-      // The root entry works alone; the v2 adapter names a peer of the v2 line it needs.
-      const [root, adapter] = stdout.trim().split('\n');
+      // The root entry works alone; the v2 adapter names a peer of the v2 line it needs; the SQLite
+      // store needs nothing installed where Node has SQLite, and says what to install where not.
+      const [root, adapter, sqlite] = stdout.trim().split('\n');
       expect(root).toBe('function 0');
       expect(adapter).toMatch(/^ERR_MODULE_NOT_FOUND @modelcontextprotocol\/(server|client)$/);
+      expect(sqlite).toBe(
+        process.getBuiltinModule('node:sqlite')
+          ? 'node:sqlite'
+          : `idempotency store unavailable: records.sqlite: the SQLite store needs node:sqlite (Node 22.13 or later; this is Node ${process.versions.node}) or the better-sqlite3 package: npm install better-sqlite3@12`,
+      );
     },
     INSTALL_TIMEOUT_MS,
   );

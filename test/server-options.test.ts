@@ -2,7 +2,9 @@
 // refused with it.
 
 import { execFile } from 'node:child_process';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
 import { START_TIMEOUT_MS } from '../processes/bounds.js';
@@ -102,6 +104,36 @@ describe('a start-up mistake', () => {
       /^--redis-url must be a redis:\/\/ or rediss:\/\/ URL/,
     ],
     [
+      'the SQLite store without its file',
+      ['--store', 'sqlite'],
+      2,
+      /^--store sqlite needs --sqlite-path FILE/,
+    ],
+    [
+      'a SQLite file for another store',
+      ['--sqlite-path', 'records.sqlite'],
+      2,
+      /^--sqlite-path needs --store sqlite/,
+    ],
+    [
+      'a durability SQLite does not offer here',
+      ['--store', 'sqlite', '--sqlite-path', 'records.sqlite', '--sqlite-synchronous', 'off'],
+      2,
+      /^--sqlite-synchronous must be normal or full, got "off"/,
+    ],
+    [
+      'a SQLite file in a folder that is not there',
+      ['--store', 'sqlite', '--sqlite-path', '/nonexistent-sep3182/records.sqlite'],
+      1,
+      /^server\.ts: cannot open \/nonexistent-sep3182\/records\.sqlite \(.+\): is its folder there, and may this process create files in it\? \(--sqlite-path\)/,
+    ],
+    [
+      'a folder for a SQLite file',
+      ['--store', 'sqlite', '--sqlite-path', ROOT],
+      1,
+      /^server\.ts: \/.+ is a folder: give the store the path of a file in it \(--sqlite-path\)/,
+    ],
+    [
       'a Redis that does not answer',
       ['--store', 'redis', '--redis-url', 'redis://127.0.0.1:1'],
       1,
@@ -122,6 +154,27 @@ describe('a start-up mistake', () => {
       expect(run.stderr).toMatch(line);
       expect(run.stderr.trimEnd().split('\n')).toHaveLength(1);
       expect(run.stdout).toBe('');
+    },
+    RUN_TIMEOUT_MS,
+  );
+
+  test.concurrent(
+    'a --sqlite-path that is no SQLite database: one line saying so, exit 1, and the file left as it was',
+    async () => {
+      const dir = await mkdtemp(join(tmpdir(), 'sep3182-not-a-database-'));
+      const notes = join(dir, 'notes.txt');
+      const text = 'my notes, not a database\n'.repeat(200);
+      await writeFile(notes, text);
+      try {
+        const run = await runServer('--store', 'sqlite', '--sqlite-path', notes);
+        expect(run.code).toBe(1);
+        expect(run.stderr).toBe(
+          `server.ts: ${notes} is not a SQLite database (file is not a database): give the store a file of its own (--sqlite-path)\n`,
+        );
+        expect(await readFile(notes, 'utf8')).toBe(text);
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
     },
     RUN_TIMEOUT_MS,
   );

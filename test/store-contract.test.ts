@@ -1,11 +1,16 @@
 // The store contract (test/support/store-contract.ts) against every store the library ships: the
-// memory store, Redis, a three-master Redis Cluster and Postgres, each on a private server this
-// file starts. What each store's backend alone can get wrong is in that store's own test file.
+// memory store, a SQLite file, Redis, a three-master Redis Cluster and Postgres, each on a private
+// server (or file) this file starts. What each store's backend alone can get wrong is in that
+// store's own test file.
 
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { RedisClientType } from '@redis/client';
 import { type ClaimTicket, MemoryIdempotencyStore, type RecordId } from 'mcp-request-idempotency';
 import { PostgresIdempotencyStore } from 'mcp-request-idempotency/postgres';
 import { RedisIdempotencyStore, redisKeysOf } from 'mcp-request-idempotency/redis';
+import { SqliteIdempotencyStore } from 'mcp-request-idempotency/sqlite';
 import { afterAll, expect } from 'vitest';
 import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../processes/bounds.js';
 import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../processes/postgres.js';
@@ -32,11 +37,13 @@ if (!postgres) console.warn(POSTGRES_SKIP_REASON);
 const redisPrefix = uniqueKeyPrefix('contract');
 const clusterPrefix = uniqueKeyPrefix('contract-cluster');
 const tablePrefix = uniqueTablePrefix('contract');
+const sqliteDir = mkdtempSync(join(tmpdir(), 'sep3182-sqlite-contract-'));
 
 afterAll(async () => {
   await redis?.flush(redisPrefix);
   await postgres?.drop(tablePrefix);
   await Promise.all([redis?.stop(), cluster?.stop(), postgres?.stop()]);
+  rmSync(sqliteDir, { recursive: true, force: true });
 });
 
 /** `count` stores, each opened on a connection of its own, as server instances open them. */
@@ -63,6 +70,65 @@ describeStoreContract(
         if (claim.state === 'full') break;
         if (claim.state !== 'claimed') throw new Error(`filling the store: ${claim.state}`);
         tickets.push(claim.ticket);
+      }
+      return async () => {
+        for (const ticket of tickets) await store.release(ticket);
+      };
+    },
+  },
+);
+
+// --- A SQLite file ---
+
+const sqliteFile = join(sqliteDir, 'records.sqlite');
+
+/** The file's size bound in the suite: room for every test's records, and a bound `fill` reaches in a second. */
+const SQLITE_MAX_FILE_BYTES = 1024 * 1024;
+
+/** A store on the suite's file, for reading its records behind the stores' backs. */
+const sqliteAdmin = () => SqliteIdempotencyStore.open(sqliteFile);
+
+describeStoreContract(
+  'a SQLite file',
+  (count, quotas) =>
+    // Each instance its own connection to the one file, as each server process has.
+    each(count, () =>
+      SqliteIdempotencyStore.open(sqliteFile, { maxFileBytes: SQLITE_MAX_FILE_BYTES, ...quotas }),
+    ),
+  {
+    completesAfterLease: false,
+    expiryOf: async (id: RecordId) => {
+      const admin = await sqliteAdmin();
+      try {
+        const row = await admin.transaction((db) =>
+          db.get(
+            'SELECT expires_at - ? AS left_ms FROM sep3182_idem_records WHERE scope = ? AND idempotency_key = ? AND expires_at > ?',
+            Date.now(),
+            id.scope,
+            id.idempotencyKey,
+            Date.now(),
+          ),
+        );
+        return typeof row?.left_ms === 'number' ? row.left_ms : undefined;
+      } finally {
+        await admin.close();
+      }
+    },
+    // Its size bound (`maxFileBytes`), reached as callers would reach it: keys of many callers,
+    // until the file is at its bound. A page with room still takes a record there, so then keys
+    // of the caller the suite claims for next (`newId`'s), until none has found room in a long
+    // while: every page its next key could land on is full.
+    fill: async (store) => {
+      const tickets: ClaimTicket[] = [];
+      const claim = async (scope: string) => {
+        const answer = await store.claim(newId(scope), FINGERPRINT, LEASE_MS);
+        if (answer.state === 'claimed') tickets.push(answer.ticket);
+        else if (answer.state !== 'full') throw new Error(`filling the store: ${answer.state}`);
+        return answer.state;
+      };
+      for (let n = 0; (await claim(`filler-${n % 100}`)) === 'claimed'; n++);
+      for (let fullInARow = 0; fullInARow < 1_000; ) {
+        fullInARow = (await claim(newId().scope)) === 'full' ? fullInARow + 1 : 0;
       }
       return async () => {
         for (const ticket of tickets) await store.release(ticket);

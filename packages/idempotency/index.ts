@@ -2,9 +2,9 @@
 // Register your tools, then install the guard with the adapter of your SDK line:
 // `mcp-request-idempotency/sdk-v2` (@modelcontextprotocol/server 2.x) or
 // `mcp-request-idempotency/sdk-v1` (@modelcontextprotocol/sdk 1.x). Neither is re-exported here,
-// so a server pulls in one SDK. The Redis and Postgres stores are subpaths of their own
-// (`/redis`, `/postgres`) for the same reason: a server that keeps its records in memory, or in a
-// store of its own, installs no database client. The client helpers (`/client`) are on
+// so a server pulls in one SDK. The SQLite, Redis and Postgres stores are subpaths of their own
+// (`/sqlite`, `/redis`, `/postgres`) for the same reason: a server that keeps its records in memory,
+// or in a store of its own, installs no database client. The client helpers (`/client`) are on
 // @modelcontextprotocol/client 2.x. The OpenTelemetry figures (`/otel`) are on @opentelemetry/api,
 // which a server that does not import them needs not install.
 

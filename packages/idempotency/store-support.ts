@@ -104,9 +104,9 @@ export interface HeldRecord {
 /**
  * The answer for a key someone else holds. Anything unreadable fails closed: a record the store
  * cannot read may be a completed call, and reading it as free would execute it again. `shown` is
- * what the error quotes of it, for the operator.
+ * what the error quotes of it, for the operator (a function: made only when the error is).
  */
-export function claimOfHeld(record: HeldRecord, shown: string): Claim {
+export function claimOfHeld(record: HeldRecord, shown: string | (() => string)): Claim {
   const { state, fingerprint } = record;
   if (typeof fingerprint === 'string') {
     if (state === 'inProgress') return { state, fingerprint };
@@ -114,7 +114,8 @@ export function claimOfHeld(record: HeldRecord, shown: string): Claim {
     if ((state === 'completed' || state === 'awaitingInput') && response)
       return { state, fingerprint, response };
   }
-  throw new StoreUnavailableError(new Error(`unreadable idempotency record: ${shown.slice(0, 200)}`));
+  const text = typeof shown === 'string' ? shown : shown();
+  throw new StoreUnavailableError(new Error(`unreadable idempotency record: ${text.slice(0, 200)}`));
 }
 
 /** A JSON text's value, or undefined if `text` is not JSON text. */

@@ -1,11 +1,11 @@
 // --- The dedup store contract ---
 //
 // Small and atomic on purpose: a claim, then one of three ways to settle it, are all the guard
-// needs, so a backend can be added without touching the guard. Memory, Redis (one or a Cluster)
-// and Postgres ship here; another (DynamoDB, say) is a file of yours beside them, on the helpers
-// they share (`store-support.ts`), held to the suite every store here passes (the repository's
-// `test/support/store-contract.ts`). `claim` must be atomic across every process sharing the
-// store: of N concurrent claims of one (scope, key), exactly one may come back `claimed`.
+// needs, so a backend can be added without touching the guard. Memory, a SQLite file, Redis (one
+// or a Cluster) and Postgres ship here; another (DynamoDB, say) is a file of yours beside them, on
+// the helpers they share (`store-support.ts`), held to the suite every store here passes (the
+// repository's `test/support/store-contract.ts`). `claim` must be atomic across every process
+// sharing the store: of N concurrent claims of one (scope, key), exactly one may come back `claimed`.
 //
 // A key is in one of three states: in progress (a claim whose call runs), awaiting input (a
 // multi-round-trip call answered `input_required`; the key waits for its continuation), or
@@ -71,8 +71,8 @@ export interface IdempotencyStore {
    * Replace the claim with the completed response, kept for `retentionMs`. Does nothing if
    * the claim is no longer the live record (the store was cleared, or its lease expired and
    * another claim took the key). A claim whose lease ran out with nothing in its place may
-   * still be recorded (the memory store does, the safer side; in Redis and Postgres the claim is
-   * already gone).
+   * still be recorded (the memory store does, the safer side; in SQLite, Redis and Postgres the
+   * claim is already gone).
    * Resolves true when the response was recorded, false when the claim had lost its key.
    */
   complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean>;

@@ -1,0 +1,1058 @@
+// --- A dedup store in a SQLite file: records that outlive the process, on one machine ---
+//
+// Most MCP servers run over stdio, started by a desktop or IDE host, with no database server.
+// The memory store forgets every record when such a process crashes, and the client's retry then
+// executes again. This store keeps the records in a file: the same contract as the other stores
+// (store.ts), the same answers, quotas and size bound, proven by the same suite. Any number of
+// server processes on one machine may share the file; they are the instances.
+//   claim    = a read; only a key that is free (absent, expired, or held by a dead process) takes
+//              a write transaction: "the record if there is one; else, within the caller's quota,
+//              my claim, with a lease, naming my process"
+//   complete = a write transaction: "replace it only if it is still my claim"   (`awaitInput`
+//              the same, writing an awaiting-input record; `release` its undo)
+//   renew    = one UPDATE "extend its lease only if it is still my claim"
+// A replay, a conflict and an in-progress answer are one read, which no writer blocks (WAL); a
+// first execution is two short write transactions.
+//
+// --- One writer at a time, and nobody waits with the event loop held ---
+// SQLite lets one connection write at a time; readers never wait (WAL). Every write transaction
+// here is BEGIN IMMEDIATE (the file's write lock taken first, so two processes can never both read
+// a key as free and then both write it: of N concurrent claims exactly one is claimed) and runs to
+// its COMMIT synchronously, with no await inside: nothing else in the process interleaves either.
+// A write that finds the lock held (SQLITE_BUSY) is tried again after a short sleep, never with
+// SQLite's own busy handler, which would sleep with the event loop held: a server waiting for the
+// file still answers its other calls. Past `busyTimeoutMs` the call fails closed
+// (`StoreUnavailableError`): nothing ran, retry later with the same key; never a second execution.
+// Within one process the writers also queue on a lock of the process's own (one per file), so a
+// claim behind a tool's open transaction waits its turn instead of polling for it.
+//
+// --- A dead holder is seen at once ---
+// Each claim names its holder process: its pid, its start time and its host (process-liveness.ts
+// says why a pid alone is not enough). A claim that finds an in-progress record whose holder is
+// gone takes the key as free at once; a live holder, however slow, still answers in progress, and
+// the lease stays the backstop (a holder this machine cannot judge: another pid namespace).
+//
+// --- Durability: synchronous = NORMAL by default, chosen ---
+// WAL, and `PRAGMA synchronous = NORMAL`: a commit is written to the WAL file, not fsynced; the
+// WAL is fsynced at each checkpoint. What that keeps:
+//   - A process crash (SIGKILL, OOM, a host that kills its stdio server): every committed record
+//     survives. The commit is in the kernel's page cache, which a dying process does not take
+//     with it. This is the failure a stdio server meets, and the one this store is for.
+//   - A power loss or kernel crash: the file stays consistent (never corrupt), but the commits of
+//     the last seconds may be lost (the kernel writes the WAL out by itself within about 30 s,
+//     Linux's dirty_expire_centisecs, checkpoint or not). A record so lost lets its retry execute
+//     again. A tool whose writes go to the same file in the record's transaction loses them with
+//     it (both or neither, still); a tool calling a provider is covered by its `providerKey`.
+// `synchronous: 'full'` fsyncs the WAL at every commit, so a record acknowledged survives a power
+// loss too, at the cost of an fsync per write transaction, two per first execution: a one-row
+// commit took 0.25 to 0.41 ms here against 0.02 ms at NORMAL (this project's 2-core VM; the bench
+// compares both over stdio, docs/sqlite.md). NORMAL is the default because the process crash is
+// the failure to survive, and two fsyncs would cost a stdio call more than the whole guard does.
+//
+// --- The tool's writes and the record, in one transaction ---
+// A tool whose writes go to the same file (a balance, an order table) may ask for the call's
+// transaction (`sqliteTransaction()`, through the guard's execution context): the store begins it
+// (BEGIN IMMEDIATE, on a connection of its own), the tool writes through it, and `complete` records
+// the response in it and commits: the side effect and its record are durable together, or neither
+// is. A process killed at any point leaves neither (SQLite discards an uncommitted transaction),
+// and its claim's holder is dead, so the retry takes the key over at once and executes once.
+// The price is SQLite's: the transaction holds the file's one write lock from its BEGIN to its
+// record, so every other claim of a free key, in every process, waits for it (duplicates do not:
+// they only read). Ask for it just before writing, write, and return: a tool that calls a
+// foreign system must not ask, since a transaction cannot undo that call (Brandur Leach: commit
+// before any foreign call); it gets the provider's idempotency key instead (`providerKey`).
+//
+// --- Schema ---
+// Plain SQL below (`SCHEMA`), created at open, or migrated from an earlier version; a file that
+// is not a SQLite database, or holds a schema this store did not write, is refused with an error
+// that says so, and never reset. The tables are named `sep3182_idem_*`, so the file may hold a
+// server's own tables too (the demo's ledger does).
+
+import { randomUUID } from 'node:crypto';
+import { realpathSync, type Stats, statSync } from 'node:fs';
+import { currentExecution } from './execution.js';
+import type { Fingerprint } from './fingerprint.js';
+import { isGone, type ProcessIdentity, THIS_PROCESS } from './process-liveness.js';
+import {
+  SqliteConnection,
+  type SqliteDriverName,
+  type SqlRow,
+  type SqlValue,
+  sqliteCodeOf,
+  sqliteDriverName,
+  sqliteMessageOf,
+} from './sqlite-driver.js';
+import {
+  BusyError,
+  CLEAR_SEEN_WITHIN_MS,
+  type KnownReplays,
+  leftInProcess,
+  type ProcessWriteLock,
+  sharedInProcess,
+  slotOf,
+} from './sqlite-process.js';
+import {
+  type Claim,
+  type ClaimTicket,
+  type IdempotencyStore,
+  type RecordId,
+  type StoredResponse,
+  StoreUnavailableError,
+} from './store.js';
+import {
+  claimOfHeld,
+  milliseconds,
+  parsedJson,
+  positiveInteger,
+  type ScopeQuotaOptions,
+  scopeQuotasOf,
+} from './store-support.js';
+
+export type { SqliteDriverName, SqlRow, SqlValue } from './sqlite-driver.js';
+
+/**
+ * How long a write waits for the file's write lock before the call fails closed. Another claim
+ * holds it for tens of microseconds; a tool writing in its record's transaction, for as long as
+ * that tool runs after its first write (the demo's slow charge: 0.8 s). Five seconds outlasts any
+ * tool that keeps its transaction short, and is still an answer a caller can act on ("retry
+ * later, same key") rather than a hang.
+ */
+export const DEFAULT_SQLITE_BUSY_TIMEOUT_MS = 5_000;
+
+/** The durability a commit is given: see the file header for what each survives, and its cost. */
+export type SqliteSynchronous = 'normal' | 'full';
+
+export const DEFAULT_SQLITE_SYNCHRONOUS: SqliteSynchronous = 'normal';
+
+/**
+ * The first retry of a write that found the file locked comes after 1 ms (another claim holds the
+ * lock for tens of µs), then doubling to this: a tool's transaction holds it for longer, and a
+ * waiter learns it is free at most this late.
+ */
+const MAX_BUSY_BACKOFF_MS = 16;
+
+/**
+ * Every this many claims that write, a claim also looks at the next SWEEP_ROWS records (in key
+ * order, wrapping round) and deletes those that have expired: a caller that never comes back
+ * leaves no records behind for good. A caller's own expired records go sooner, when its quota
+ * needs the room. About 1 µs a claim, on average.
+ */
+const SWEEP_EVERY = 64;
+const SWEEP_ROWS = 256;
+
+/**
+ * How many pages the WAL may grow to before a commit copies them back into the file (SQLite's
+ * default is 1,000: 4 MB). A checkpoint fsyncs the WAL and the file, even at synchronous=NORMAL,
+ * so its cost is two fsyncs whatever it copies, and a page written by many commits is copied once:
+ * at 1,000 pages a first execution (two commits of two pages each) paid for a checkpoint every
+ * 250 calls, about 55 µs a call on this project's 2-core VM; at 10,000 about a tenth of it. The WAL
+ * file then grows to about 40 MB, and is cut back to JOURNAL_SIZE_LIMIT after each checkpoint.
+ */
+const WAL_CHECKPOINT_PAGES = 10_000;
+
+/** What the WAL file is cut back to once checkpointed, so an idle server keeps no 40 MB file. */
+const JOURNAL_SIZE_LIMIT_BYTES = 4 * 1024 * 1024;
+
+/** The schema version this store writes, and reads. */
+const SCHEMA_VERSION = 1;
+
+/** What SQLite's page size makes of `maxFileBytes` (the default page size, which the store keeps). */
+const PAGE_BYTES = 4_096;
+
+export interface SqliteStoreOptions extends ScopeQuotaOptions {
+  /** How long a write waits for the file's write lock before the call fails closed. */
+  busyTimeoutMs?: number;
+  /** What a commit survives: a process crash (`normal`, the default) or a power loss too (`full`). */
+  synchronous?: SqliteSynchronous;
+  /**
+   * The file's size bound, in bytes (`PRAGMA max_page_count`, in pages of 4 KiB): at it, a claim
+   * answers `full` rather than evict a live record. Unset: the disk is the bound, and a full disk
+   * answers `full` the same way.
+   */
+  maxFileBytes?: number;
+  /** A clock in ms since the epoch (default `Date.now`), shared by every store on the file. Tests pass one they control. */
+  now?: () => number;
+}
+
+// --- The schema ---
+//
+// One row per (scope, idempotency_key), the key's state in `state`:
+//   inProgress     a claim whose call runs: `token` (unique per claim), its holder process
+//                  (`holder_pid`, `holder_started`, `holder_host`; NULL once its store closed),
+//                  `expires_at` (the lease). A continuation's claim keeps the awaiting-input
+//                  record it took over in `response`, `bytes` and `resumed_until`, for `release`.
+//   awaitingInput  a round answered `input_required`: `response` is that answer.
+//   completed      the final response, replayed to every retry until `expires_at` (retention).
+// `response` is the JSON text exactly as the dispatch answered; `bytes` its length in characters,
+// counted against the caller's quota. Times are ms since the epoch. A row whose `expires_at` has
+// passed is as good as absent: every statement below ignores it.
+// WITHOUT ROWID: the table is its primary key's B-tree, so a claim writes one page, not a table
+// page and an index page. There is no index on the expiry, which every write would move: a
+// caller's expired rows are found by its quota (`usage.next_expiry`), the rest by the sweep.
+// `usage` is what each scope's rows add up to, expired or not, kept by every write: a claim reads
+// its caller's quota from one row, however many records the caller holds. `next_expiry` is a lower
+// bound of its rows' expiries: until then, none of them can have expired, and a caller at its
+// quota is refused without counting. `schema` holds the version, and how many times the file was
+// cleared: a process that remembers replays (sqlite-process.ts) forgets them when that changes.
+const SCHEMA = `
+CREATE TABLE sep3182_idem_records (
+  scope           TEXT    NOT NULL,
+  idempotency_key TEXT    NOT NULL,
+  state           TEXT    NOT NULL CHECK (state IN ('inProgress', 'awaitingInput', 'completed')),
+  fingerprint     TEXT    NOT NULL,
+  response        TEXT,
+  bytes           INTEGER NOT NULL DEFAULT 0,
+  expires_at      INTEGER NOT NULL,
+  token           TEXT,
+  holder_pid      INTEGER,
+  holder_started  TEXT,
+  holder_host     TEXT,
+  resumed_until   INTEGER,
+  PRIMARY KEY (scope, idempotency_key)
+) WITHOUT ROWID;
+CREATE TABLE sep3182_idem_usage (
+  scope       TEXT    PRIMARY KEY,
+  records     INTEGER NOT NULL,
+  bytes       INTEGER NOT NULL,
+  next_expiry INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE sep3182_idem_schema (version INTEGER NOT NULL, clears INTEGER NOT NULL DEFAULT 0);
+INSERT INTO sep3182_idem_schema (version) VALUES (0);`;
+
+/**
+ * SQL that brings a file's schema from version i to version i + 1. One entry so far; a later
+ * version appends its own, and a file of any earlier version is brought up to date at open.
+ */
+const MIGRATIONS: readonly string[] = [SCHEMA];
+
+// Each statement that settles a claim changes the row only while it still holds that exact live
+// claim: a claim that lost its key (its lease ran out, or the key was taken over) changes nothing.
+const MINE = `scope = ? AND idempotency_key = ? AND token = ? AND state = 'inProgress' AND expires_at > ?`;
+
+const SQL = {
+  find: `SELECT state, fingerprint, response, bytes, expires_at, holder_pid, holder_started, holder_host
+    FROM sep3182_idem_records WHERE scope = ? AND idempotency_key = ?`,
+  usage: 'SELECT records, bytes, next_expiry FROM sep3182_idem_usage WHERE scope = ?',
+  // ? scope, key, fingerprint, expires_at, token, holder pid, started, host
+  claim: `INSERT INTO sep3182_idem_records (scope, idempotency_key, state, fingerprint, expires_at, token,
+      holder_pid, holder_started, holder_host)
+    VALUES (?, ?, 'inProgress', ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (scope, idempotency_key) DO UPDATE SET state = 'inProgress', fingerprint = excluded.fingerprint,
+      response = NULL, bytes = 0, expires_at = excluded.expires_at, token = excluded.token,
+      holder_pid = excluded.holder_pid, holder_started = excluded.holder_started,
+      holder_host = excluded.holder_host, resumed_until = NULL`,
+  // ? token, expires_at, holder pid, started, host, scope, key: the row keeps its response and size, for release.
+  resume: `UPDATE sep3182_idem_records SET state = 'inProgress', token = ?, resumed_until = expires_at,
+      expires_at = ?, holder_pid = ?, holder_started = ?, holder_host = ?
+    WHERE scope = ? AND idempotency_key = ?`,
+  // ? scope, records, bytes, next expiry: added to what the scope holds.
+  count: `INSERT INTO sep3182_idem_usage (scope, records, bytes, next_expiry) VALUES (?, ?, ?, ?)
+    ON CONFLICT (scope) DO UPDATE SET records = records + excluded.records, bytes = bytes + excluded.bytes,
+      next_expiry = min(next_expiry, excluded.next_expiry)`,
+  // ? records, bytes (negative), scope: what a row that goes took.
+  uncount: 'UPDATE sep3182_idem_usage SET records = records + ?, bytes = bytes + ? WHERE scope = ?',
+  forgetEmpty: 'DELETE FROM sep3182_idem_usage WHERE scope = ? AND records <= 0',
+  mine: `SELECT bytes, resumed_until FROM sep3182_idem_records WHERE ${MINE}`,
+  // ? state, response, bytes, expires_at, then MINE's.
+  settle: `UPDATE sep3182_idem_records SET state = ?, response = ?, bytes = ?, expires_at = ?, token = NULL,
+      holder_pid = NULL, holder_started = NULL, holder_host = NULL, resumed_until = NULL
+    WHERE ${MINE}`,
+  release: `DELETE FROM sep3182_idem_records WHERE ${MINE}`,
+  putBack: `UPDATE sep3182_idem_records SET state = 'awaitingInput', expires_at = resumed_until, token = NULL,
+      holder_pid = NULL, holder_started = NULL, holder_host = NULL, resumed_until = NULL
+    WHERE ${MINE}`,
+  // ? expires_at, holder pid, started, host, then MINE's.
+  renew: `UPDATE sep3182_idem_records SET expires_at = ?, holder_pid = ?, holder_started = ?, holder_host = ?
+    WHERE ${MINE}`,
+  // The caller's expired rows, but for the key being claimed (its own row is replaced instead).
+  pruneScope: 'DELETE FROM sep3182_idem_records WHERE scope = ? AND expires_at <= ? AND idempotency_key <> ?',
+  recount: `SELECT count(*) AS records, coalesce(sum(bytes), 0) AS bytes, min(expires_at) AS next_expiry
+    FROM sep3182_idem_records WHERE scope = ?`,
+  setUsage: 'UPDATE sep3182_idem_usage SET records = ?, bytes = ?, next_expiry = ? WHERE scope = ?',
+  // ? the last record swept (scope, key), now: of the next SWEEP_ROWS records, the expired ones
+  // (only those become rows here: most sweeps answer none), and where the next sweep goes on from.
+  sweep: `SELECT scope, idempotency_key, bytes FROM (SELECT scope, idempotency_key, bytes, expires_at
+      FROM sep3182_idem_records WHERE (scope, idempotency_key) > (?, ?)
+      ORDER BY scope, idempotency_key LIMIT ${SWEEP_ROWS}) WHERE expires_at <= ?`,
+  sweptTo: `SELECT scope, idempotency_key FROM sep3182_idem_records WHERE (scope, idempotency_key) > (?, ?)
+    ORDER BY scope, idempotency_key LIMIT 1 OFFSET ${SWEEP_ROWS - 1}`,
+  sweepOne: 'DELETE FROM sep3182_idem_records WHERE scope = ? AND idempotency_key = ? AND expires_at <= ?',
+  orphan: `UPDATE sep3182_idem_records SET holder_pid = NULL, holder_started = NULL, holder_host = NULL
+    WHERE token = ? AND state = 'inProgress'`,
+};
+
+// --- What a tool writes through ---
+
+/** The statements a tool runs on the file: `run` answers how many rows changed. */
+export interface SqliteStatements {
+  run(sql: string, ...params: SqlValue[]): number;
+  get(sql: string, ...params: SqlValue[]): SqlRow | undefined;
+  all(sql: string, ...params: SqlValue[]): SqlRow[];
+}
+
+/** Statements that would end the record's transaction under it. */
+const ENDS_TRANSACTION = /^\s*(BEGIN|COMMIT|END|ROLLBACK(?!\s+TO\b))\b/i;
+
+/**
+ * A keyed call's transaction, for a tool that writes to the file the records are in: what it
+ * writes commits with the call's record, or not at all. A statement of the tool's that fails
+ * dooms the whole transaction, as in Postgres: nothing the tool wrote stands, and its answer is
+ * recorded on its own.
+ */
+export class SqliteTransaction implements SqliteStatements {
+  private ended = false;
+  private doomed = false;
+
+  /** @internal made by the store's `begin` */
+  constructor(private readonly db: SqliteConnection) {}
+
+  run(sql: string, ...params: SqlValue[]): number {
+    return this.statement(sql, () => this.db.run(sql, ...params));
+  }
+
+  get(sql: string, ...params: SqlValue[]): SqlRow | undefined {
+    return this.statement(sql, () => this.db.get(sql, ...params));
+  }
+
+  all(sql: string, ...params: SqlValue[]): SqlRow[] {
+    return this.statement(sql, () => this.db.all(sql, ...params));
+  }
+
+  /** Whether a statement failed (nothing written stands); for the store. */
+  get failed(): boolean {
+    return this.doomed;
+  }
+
+  /** The store's: the record is written, or the transaction rolled back; no statement may follow. */
+  end(): void {
+    this.ended = true;
+  }
+
+  private statement<T>(sql: string, run: () => T): T {
+    if (this.ended) throw new Error("the idempotency record's transaction has ended: write before returning");
+    if (ENDS_TRANSACTION.test(sql))
+      throw new Error(
+        "the idempotency store commits the record's transaction, with the record: not the tool",
+      );
+    try {
+      return run();
+    } catch (error) {
+      this.doomed = true;
+      throw error;
+    }
+  }
+}
+
+/**
+ * The transaction of the running tool call's record, for a tool that writes to the file the SQLite
+ * store keeps its records in: write through it, and the writes commit with the record, or neither.
+ * Undefined outside a keyed call guarded with a SQLite store: write as usual then (`transaction`
+ * of the store runs a write of its own). Ask just before writing: it holds the file's write lock.
+ */
+export async function sqliteTransaction(): Promise<SqliteTransaction | undefined> {
+  const tx = await currentExecution()?.transaction();
+  return tx instanceof SqliteTransaction ? tx : undefined;
+}
+
+// --- The store ---
+
+/** A record as the store reads it back, checked. */
+interface HeldRow {
+  state: unknown;
+  fingerprint: unknown;
+  response: unknown;
+  bytes: number;
+  expiresAt: number;
+  holder: ProcessIdentity | undefined;
+}
+
+/** What a claim's write decided. */
+type ClaimDecision = Claim | { state: 'mine'; token: string };
+
+export class SqliteIdempotencyStore implements IdempotencyStore {
+  readonly maxRecordsPerScope: number;
+  readonly maxBytesPerScope: number;
+  /** The binding this store runs on (node:sqlite, or better-sqlite3 where Node has no SQLite). */
+  readonly driver: SqliteDriverName;
+  private readonly busyTimeoutMs: number;
+  private readonly now: () => number;
+  private readonly lock: ProcessWriteLock;
+  /** The completed records this process knows of the file: their replays need no read. */
+  private readonly replays: KnownReplays;
+  /** The file's real path: what this process's stores on it share is under it. */
+  private readonly realPath: string;
+  /** Checks, while it remembers replays, whether another process cleared the file. */
+  private readonly clearsCheck: NodeJS.Timeout;
+  /** The connection a tool's transaction runs on, opened the first time one is asked for. */
+  private txConnection: SqliteConnection | undefined;
+  /** The tool transaction open now, if any (one at a time: it holds the file's write lock). */
+  private open: { token: string; tx: SqliteTransaction; db: SqliteConnection } | undefined;
+  /** Claims this store holds now (by token): on `close`, they are left to be taken at once. */
+  private readonly held = new Set<string>();
+  private claimsWritten = 0;
+  /** Where the sweep goes on from: the last record it looked at. */
+  private sweptTo: [string, string] = ['', ''];
+  private closed = false;
+
+  private constructor(
+    /** The file, as given. */
+    readonly path: string,
+    private readonly db: SqliteConnection,
+    /** The file's identity when opened: a file deleted or replaced under the store is refused. */
+    private readonly identity: Stats,
+    private readonly options: SqliteStoreOptions & { synchronous: SqliteSynchronous; maxPages?: number },
+  ) {
+    const quotas = scopeQuotasOf(options);
+    this.maxRecordsPerScope = quotas.maxRecordsPerScope;
+    this.maxBytesPerScope = quotas.maxBytesPerScope;
+    this.busyTimeoutMs = options.busyTimeoutMs ?? DEFAULT_SQLITE_BUSY_TIMEOUT_MS;
+    this.now = options.now ?? Date.now;
+    this.driver = db.driver;
+    this.realPath = realpathSync(path);
+    const shared = sharedInProcess(this.realPath);
+    this.lock = shared.lock;
+    this.replays = shared.replays;
+    // The clear count the replays it will remember are checked against (the first store's, if shared).
+    const clears = db.get('SELECT clears FROM sep3182_idem_schema')?.clears;
+    if (typeof clears === 'number') this.replays.clears ??= clears;
+    this.clearsCheck = setInterval(() => this.seeClears(), CLEAR_SEEN_WITHIN_MS);
+    // A server with nothing else to do may exit.
+    this.clearsCheck.unref();
+  }
+
+  /**
+   * Opens the file at `path` (creating it, and the schema, if missing; bringing an earlier schema
+   * up to date). Rejects with `StoreUnavailableError` saying what is wrong with the file: it
+   * cannot be opened or written, it is not a SQLite database, it holds a schema this store did
+   * not write, or it stayed locked past `busyTimeoutMs`. Never resets a file.
+   */
+  static async open(path: string, options: SqliteStoreOptions = {}): Promise<SqliteIdempotencyStore> {
+    // Options first, as every store checks them: a mistake is a RangeError, not an unusable file.
+    scopeQuotasOf(options);
+    const busyTimeoutMs = positiveInteger(
+      'busyTimeoutMs',
+      options.busyTimeoutMs ?? DEFAULT_SQLITE_BUSY_TIMEOUT_MS,
+    );
+    const synchronous = options.synchronous ?? DEFAULT_SQLITE_SYNCHRONOUS;
+    if (synchronous !== 'normal' && synchronous !== 'full')
+      throw new RangeError(`synchronous must be normal or full, got ${String(synchronous)}`);
+    const maxPages =
+      options.maxFileBytes === undefined
+        ? undefined
+        : Math.max(1, Math.floor(positiveInteger('maxFileBytes', options.maxFileBytes) / PAGE_BYTES));
+    if (path === '' || path === ':memory:' || path.startsWith('file:'))
+      throw new RangeError(
+        `the SQLite store keeps its records in a file: give it a file path, got "${path}" (in memory, use MemoryIdempotencyStore)`,
+      );
+    const settings = { ...options, busyTimeoutMs, synchronous, maxPages };
+    let db: SqliteConnection | undefined;
+    try {
+      if (statSync(path, { throwIfNoEntry: false })?.isDirectory())
+        throw new Error(`${path} is a folder: give the store the path of a file in it`);
+      db = SqliteConnection.open(path);
+      const opened = db;
+      await untilNotBusy(performance.now() + busyTimeoutMs, () => {
+        configure(opened, settings);
+        migrate(opened);
+      });
+      return new SqliteIdempotencyStore(path, opened, statSync(path), settings);
+    } catch (error) {
+      db?.close();
+      throw unavailable(path, error);
+    }
+  }
+
+  /** The binding `open` would use in this process: `node:sqlite`, or `better-sqlite3` on Node 20. */
+  static get driver(): SqliteDriverName {
+    return sqliteDriverName();
+  }
+
+  async claim(id: RecordId, fingerprint: Fingerprint, leaseMs: number, continuation = false): Promise<Claim> {
+    const lease = milliseconds(leaseMs);
+    // A completed record this process knows: replayed (or a conflict) with no read of the file.
+    const known = this.replays.get(slotOf(id.scope, id.idempotencyKey), this.now());
+    if (known) return { state: 'completed', fingerprint: known.fingerprint, response: known.response };
+    const decide = (db: SqliteConnection) => this.claimIn(db, id, fingerprint, lease, continuation);
+    let decision: ClaimDecision | undefined;
+    try {
+      // A read first, which no writer blocks: a replay, a conflict and an in-progress answer end
+      // there. When this process has no other writer under way, the read opens the transaction
+      // that writes the claim, if the key is free; else (or if another process is writing) the
+      // claim waits its turn for the write lock, and reads again under it.
+      decision = this.lock.tryTake()
+        ? this.claimAtOnce(decide)
+        : this.answerWithoutWriting(id, fingerprint, continuation);
+      decision ??= await this.write(decide);
+    } catch (error) {
+      // At its size bound (or the disk's), refuse rather than evict a live record.
+      if (sqliteCodeOf(error) === 'SQLITE_FULL') return { state: 'full' };
+      throw unavailable(this.path, error);
+    }
+    if (decision.state !== 'mine') return decision;
+    this.held.add(decision.token);
+    // A continuation's ticket carries nothing more: the row itself keeps what `release` puts back.
+    const ticket = { scope: id.scope, idempotencyKey: id.idempotencyKey, fingerprint, token: decision.token };
+    return { state: 'claimed', ticket };
+  }
+
+  complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean> {
+    return this.settle(ticket, 'completed', response, retentionMs);
+  }
+
+  awaitInput(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean> {
+    return this.settle(ticket, 'awaitingInput', response, retentionMs);
+  }
+
+  /** Begins the claim's transaction (see the file header), once; the tool writes through it. */
+  async begin(ticket: ClaimTicket): Promise<SqliteTransaction> {
+    if (this.open?.token === ticket.token) return this.open.tx;
+    const deadline = performance.now() + this.busyTimeoutMs;
+    try {
+      this.checkStillThere();
+      await this.lock.take(deadline);
+    } catch (error) {
+      throw unavailable(this.path, error);
+    }
+    try {
+      this.txConnection ??= this.connect();
+      const db = this.txConnection;
+      await untilNotBusy(deadline, () => db.run('BEGIN IMMEDIATE'));
+      const tx = new SqliteTransaction(db);
+      this.open = { token: ticket.token, tx, db };
+      return tx;
+    } catch (error) {
+      this.lock.give();
+      throw unavailable(this.path, error);
+    }
+  }
+
+  async release(ticket: ClaimTicket): Promise<boolean> {
+    this.held.delete(ticket.token);
+    this.rollback(ticket);
+    try {
+      return await this.write((db) => this.releaseIn(db, ticket));
+    } catch (error) {
+      throw unavailable(this.path, error);
+    }
+  }
+
+  async renew(ticket: ClaimTicket, leaseMs: number): Promise<boolean> {
+    const lease = milliseconds(leaseMs);
+    const renew = (db: SqliteConnection) => {
+      const now = this.now();
+      const { pid, started, host } = THIS_PROCESS;
+      const mine = [ticket.scope, ticket.idempotencyKey, ticket.token, now] as const;
+      return db.run(SQL.renew, now + lease, pid, started, host, ...mine) === 1;
+    };
+    try {
+      // The call's own transaction holds the file: renewed in it, committed with the record.
+      const open = this.open;
+      const renewed = open?.token === ticket.token ? renew(open.db) : await this.write(renew);
+      if (!renewed) this.held.delete(ticket.token);
+      return renewed;
+    } catch (error) {
+      throw unavailable(this.path, error);
+    }
+  }
+
+  /** Deletes every record and every caller's usage (never the tables, never the file). */
+  async clear(): Promise<void> {
+    try {
+      const clears = await this.write((db) => {
+        db.run('DELETE FROM sep3182_idem_records');
+        db.run('DELETE FROM sep3182_idem_usage');
+        // Every process that remembers replays of the file sees this, and forgets them.
+        return db.get('UPDATE sep3182_idem_schema SET clears = clears + 1 RETURNING clears')?.clears;
+      });
+      this.replays.forgetAll(typeof clears === 'number' ? clears : undefined);
+    } catch (error) {
+      throw unavailable(this.path, error);
+    }
+  }
+
+  /**
+   * Runs `work` in a write transaction of its own on the file (committed when it returns, rolled
+   * back if it throws), waiting its turn for the write lock: for a server's writes to its own
+   * tables outside a keyed call (a keyed call's tool writes through `sqliteTransaction()`).
+   */
+  async transaction<T>(work: (db: SqliteStatements) => T): Promise<T> {
+    try {
+      return await this.write(work);
+    } catch (error) {
+      // The file failing is the store's to say; a statement of the server's own is its own error.
+      const code = sqliteCodeOf(error);
+      throw error instanceof BusyError || (code && FILE_FAILURES.has(code))
+        ? unavailable(this.path, error)
+        : error;
+    }
+  }
+
+  /**
+   * Closes the file. The claims this store still holds are left to be taken at once, as a process
+   * that exits leaves them: their holder is marked gone.
+   */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.clearsCheck);
+    if (this.open) this.rollback({ token: this.open.token });
+    const held = [...this.held];
+    this.held.clear();
+    if (held.length > 0) {
+      await this.write((db) => {
+        for (const token of held) db.run(SQL.orphan, token);
+      }).catch(() => {
+        // Unwritable now: the claims then end with their lease, as a crashed process's would.
+      });
+    }
+    this.txConnection?.close();
+    this.db.close();
+    leftInProcess(this.realPath);
+  }
+
+  /**
+   * Forgets the replays this process knows once another process has cleared the file (its clear
+   * count changed), or once the count cannot be read: every CLEAR_SEEN_WITHIN_MS, while it knows any.
+   */
+  private seeClears(): void {
+    if (this.replays.size === 0) return;
+    let clears: unknown;
+    try {
+      clears = this.db.get('SELECT clears FROM sep3182_idem_schema')?.clears;
+    } catch {
+      // Unreadable now: forget them, rather than answer from them unchecked.
+    }
+    if (typeof clears !== 'number') this.replays.forgetAll(undefined);
+    else if (this.replays.clears === undefined) this.replays.clears = clears;
+    else if (clears !== this.replays.clears) this.replays.forgetAll(clears);
+  }
+
+  // --- Each operation's transaction ---
+
+  /**
+   * The claim in one deferred transaction, with this process's lock held: its read, and if the key
+   * is free its writes, which take SQLite's write lock then. Undefined if another process holds
+   * that lock, or wrote since the read (SQLITE_BUSY): nothing was written, and the claim waits.
+   */
+  private claimAtOnce(decide: (db: SqliteConnection) => ClaimDecision): ClaimDecision | undefined {
+    try {
+      return transact(this.db, decide, 'BEGIN');
+    } catch (error) {
+      if (sqliteCodeOf(error) === 'SQLITE_BUSY') return undefined;
+      throw error;
+    } finally {
+      this.lock.give();
+    }
+  }
+
+  /** The answer for a key someone holds, read without a lock; undefined when the claim must write. */
+  private answerWithoutWriting(
+    id: RecordId,
+    fingerprint: Fingerprint,
+    continuation: boolean,
+  ): Claim | undefined {
+    let row: SqlRow | undefined;
+    try {
+      row = this.db.get(SQL.find, id.scope, id.idempotencyKey);
+    } catch (error) {
+      // Locked for a moment (a WAL being recovered): the write waits its turn and reads again.
+      if (sqliteCodeOf(error) === 'SQLITE_BUSY') return undefined;
+      throw error;
+    }
+    return row && this.answerOf(id, heldRow(row), this.now(), fingerprint, continuation);
+  }
+
+  /** `answerOf`, remembering a completed record it reads, for its next replay. */
+  private answerOf(
+    id: RecordId,
+    held: HeldRow,
+    now: number,
+    fingerprint: Fingerprint,
+    continuation: boolean,
+  ): Claim | undefined {
+    const answer = answerOf(held, now, fingerprint, continuation);
+    if (answer?.state === 'completed') {
+      const replay = { ...answer, expiresAt: held.expiresAt, characters: held.bytes };
+      this.replays.remember(slotOf(id.scope, id.idempotencyKey), replay);
+    }
+    return answer;
+  }
+
+  /** The claim, in a write transaction: the record's state read, and decided. */
+  private claimIn(
+    db: SqliteConnection,
+    id: RecordId,
+    fingerprint: Fingerprint,
+    leaseMs: number,
+    continuation: boolean,
+  ): ClaimDecision {
+    const now = this.now();
+    const found = db.get(SQL.find, id.scope, id.idempotencyKey);
+    const held = found && heldRow(found);
+    const answer = held && this.answerOf(id, held, now, fingerprint, continuation);
+    if (answer) return answer;
+    this.checkStillThere();
+    const token = randomUUID();
+    const leaseEnd = now + leaseMs;
+    const { pid, started, host } = THIS_PROCESS;
+    const live = held !== undefined && held.expiresAt > now;
+    if (live && held.state === 'awaitingInput') {
+      // The continuation takes the key over; the record's response and size stay, for release.
+      db.run(SQL.resume, token, leaseEnd, pid, started, host, id.scope, id.idempotencyKey);
+      db.run(SQL.count, id.scope, 0, 0, leaseEnd);
+      return { state: 'mine', token };
+    }
+    // The key is free: no row, an expired one, or one whose holder died. Within the caller's
+    // quota, without this key's own row, which the claim replaces.
+    const ownRecords = held ? 1 : 0;
+    const ownBytes = held?.bytes ?? 0;
+    if (this.overQuota(db, id, now, ownRecords, ownBytes)) return { state: 'quotaExceeded' };
+    const values = [id.scope, id.idempotencyKey, fingerprint, leaseEnd, token, pid, started, host] as const;
+    db.run(SQL.claim, ...values);
+    db.run(SQL.count, id.scope, 1 - ownRecords, -ownBytes, leaseEnd);
+    this.claimsWritten += 1;
+    if (this.claimsWritten % SWEEP_EVERY === 0) this.sweep(db, now);
+    return { state: 'mine', token };
+  }
+
+  /**
+   * Whether the caller holds its quota of records or of characters, besides `own` (the row the
+   * claim replaces). Its usage row counts expired rows too, until they are deleted: so a caller at
+   * its quota whose rows may have expired (`next_expiry` has passed) has them deleted and counted
+   * exactly first, once per expiry at most.
+   */
+  private overQuota(
+    db: SqliteConnection,
+    id: RecordId,
+    now: number,
+    ownRecords: number,
+    ownBytes: number,
+  ): boolean {
+    const usage = db.get(SQL.usage, id.scope);
+    const over = (records: number, bytes: number) =>
+      records - ownRecords >= this.maxRecordsPerScope || bytes - ownBytes >= this.maxBytesPerScope;
+    if (!usage || !over(integer(usage.records), integer(usage.bytes))) return false;
+    if (now < integer(usage.next_expiry)) return true;
+    db.run(SQL.pruneScope, id.scope, now, id.idempotencyKey);
+    const exact = db.get(SQL.recount, id.scope);
+    const records = integer(exact?.records);
+    const bytes = integer(exact?.bytes);
+    const next = exact?.next_expiry;
+    db.run(SQL.setUsage, records, bytes, typeof next === 'number' ? next : now, id.scope);
+    db.run(SQL.forgetEmpty, id.scope);
+    return over(records, bytes);
+  }
+
+  /** Deletes the expired among the next SWEEP_ROWS records, whoever's, and uncounts them. */
+  private sweep(db: SqliteConnection, now: number): void {
+    const expired = db.all(SQL.sweep, ...this.sweptTo, now);
+    const last = db.get(SQL.sweptTo, ...this.sweptTo);
+    // Past the last record, round again from the first.
+    this.sweptTo = last ? [String(last.scope), String(last.idempotency_key)] : ['', ''];
+    for (const row of expired) {
+      const scope = String(row.scope);
+      if (db.run(SQL.sweepOne, scope, String(row.idempotency_key), now) === 0) continue;
+      db.run(SQL.uncount, -1, -integer(row.bytes), scope);
+      db.run(SQL.forgetEmpty, scope);
+    }
+  }
+
+  /** Replaces the claim with a completed or awaiting-input record, kept for `retentionMs`. */
+  private async settle(
+    ticket: ClaimTicket,
+    state: 'completed' | 'awaitingInput',
+    response: StoredResponse,
+    retentionMs: number,
+  ): Promise<boolean> {
+    const retention = milliseconds(retentionMs);
+    // Measured before anything changes: a response JSON cannot hold throws here, the claim as it was.
+    const json = JSON.stringify(response);
+    this.held.delete(ticket.token);
+    const record = (db: SqliteConnection) => this.settleIn(db, ticket, state, json, retention);
+    // Committed, a completed record is known for its replays.
+    const recorded = (expiresAt: number | undefined) => {
+      if (expiresAt === undefined) return false;
+      if (state === 'completed') {
+        const { fingerprint } = ticket;
+        const replay = { fingerprint, response, expiresAt, characters: json.length };
+        this.replays.remember(slotOf(ticket.scope, ticket.idempotencyKey), replay);
+      }
+      return true;
+    };
+    const open = this.open;
+    if (open?.token === ticket.token) {
+      this.open = undefined;
+      open.tx.end();
+      const { db } = open;
+      if (!open.tx.failed) {
+        try {
+          const expiresAt = record(db);
+          db.run(expiresAt === undefined ? 'ROLLBACK' : 'COMMIT');
+          return recorded(expiresAt);
+        } catch (error) {
+          rollBack(db);
+          throw unavailable(this.path, error);
+        } finally {
+          this.lock.give();
+        }
+      }
+      // A statement of the tool's failed: nothing it wrote stands, and its answer (which says
+      // so, or should) is recorded on its own.
+      rollBack(db);
+      this.lock.give();
+    }
+    try {
+      return recorded(await this.write(record));
+    } catch (error) {
+      throw unavailable(this.path, error);
+    }
+  }
+
+  /** The claim settled, in a write transaction: the record's expiry, or undefined if the claim lost its key. */
+  private settleIn(
+    db: SqliteConnection,
+    ticket: ClaimTicket,
+    state: 'completed' | 'awaitingInput',
+    json: string,
+    retentionMs: number,
+  ): number | undefined {
+    const now = this.now();
+    const mine = [ticket.scope, ticket.idempotencyKey, ticket.token, now] as const;
+    const claim = db.get(SQL.mine, ...mine);
+    if (!claim) return undefined;
+    const expiresAt = now + retentionMs;
+    db.run(SQL.settle, state, json, json.length, expiresAt, ...mine);
+    // The key may already count the bytes of the awaiting-input record it resumed.
+    db.run(SQL.count, ticket.scope, 0, json.length - integer(claim.bytes), expiresAt);
+    return expiresAt;
+  }
+
+  /** Nothing ran: a fresh claim's row goes; a continuation's puts back the record it took over. */
+  private releaseIn(db: SqliteConnection, ticket: ClaimTicket): boolean {
+    const mine = [ticket.scope, ticket.idempotencyKey, ticket.token, this.now()] as const;
+    const claim = db.get(SQL.mine, ...mine);
+    if (!claim) return false;
+    const resumedUntil = claim.resumed_until;
+    if (typeof resumedUntil === 'number') {
+      // With its own expiry: nothing ran, so nothing about the key changed. (Passed already, the
+      // record is as good as gone, and the next claim of the key or the sweep deletes it.)
+      db.run(SQL.putBack, ...mine);
+      db.run(SQL.count, ticket.scope, 0, 0, resumedUntil);
+    } else {
+      db.run(SQL.release, ...mine);
+      db.run(SQL.uncount, -1, -integer(claim.bytes), ticket.scope);
+      db.run(SQL.forgetEmpty, ticket.scope);
+    }
+    return true;
+  }
+
+  // --- The file's write lock, in turn ---
+
+  /**
+   * Runs `work` in a write transaction (BEGIN IMMEDIATE … COMMIT), once this process's other
+   * writers of the file are done and SQLite's lock is free, within `busyTimeoutMs`. `work` is
+   * synchronous: nothing else runs between its reads and its writes, here or in another process.
+   */
+  private async write<T>(work: (db: SqliteConnection) => T): Promise<T> {
+    const deadline = performance.now() + this.busyTimeoutMs;
+    if (!this.lock.tryTake()) await this.lock.take(deadline);
+    try {
+      return await untilNotBusy(deadline, () => transact(this.db, work));
+    } finally {
+      this.lock.give();
+    }
+  }
+
+  /** Rolls back the claim's transaction, if its tool began one: nothing it wrote stands. */
+  private rollback(ticket: { token: string }): void {
+    const open = this.open;
+    if (open?.token !== ticket.token) return;
+    this.open = undefined;
+    open.tx.end();
+    rollBack(open.db);
+    this.lock.give();
+  }
+
+  /** A second connection to the file, set up as the first (for tools' transactions). */
+  private connect(): SqliteConnection {
+    const db = SqliteConnection.open(this.path);
+    try {
+      configure(db, this.options);
+    } catch (error) {
+      db.close();
+      throw error;
+    }
+    return db;
+  }
+
+  /**
+   * Refuses to write once the file at `path` is no longer the one the store opened (deleted,
+   * or replaced): SQLite would go on writing to the deleted file, where no other process looks,
+   * and a retry there would execute again. (A stat, about 1 µs, before each claim that writes.)
+   */
+  private checkStillThere(): void {
+    const now = statSync(this.path, { throwIfNoEntry: false });
+    if (now?.ino !== this.identity.ino || now.dev !== this.identity.dev)
+      throw new Error(`${this.path} was deleted or replaced while the store had it open`);
+  }
+}
+
+/** The answer for a held key that needs no write, or undefined when the claim must write. */
+function answerOf(held: HeldRow, now: number, fingerprint: Fingerprint, continuation: boolean) {
+  if (held.expiresAt <= now) return undefined;
+  if (held.state === 'inProgress' && (!held.holder || isGone(held.holder))) return undefined;
+  if (held.state === 'awaitingInput' && continuation && held.fingerprint === fingerprint) return undefined;
+  return claimOfHeld(
+    { state: held.state, fingerprint: held.fingerprint, response: parsedJson(held.response) },
+    () => JSON.stringify(held),
+  );
+}
+
+/** A record's row, its numbers checked: one the store cannot read fails closed (`claimOfHeld`). */
+function heldRow(row: SqlRow): HeldRow {
+  const { holder_pid: pid, holder_started: started, holder_host: host } = row;
+  return {
+    state: row.state,
+    fingerprint: row.fingerprint,
+    response: row.response,
+    bytes: integer(row.bytes),
+    expiresAt: integer(row.expires_at),
+    holder:
+      typeof pid === 'number' && typeof host === 'string'
+        ? { pid, started: typeof started === 'string' ? started : null, host }
+        : undefined,
+  };
+}
+
+/** A count or a time as SQLite gives it back; anything else fails closed. */
+function integer(value: unknown): number {
+  if (typeof value === 'number' && Number.isSafeInteger(value)) return value;
+  if (typeof value === 'bigint') return Number(value);
+  throw new StoreUnavailableError(new Error(`unreadable idempotency record: ${String(value)}`));
+}
+
+// --- The connection: its settings, the schema, and transactions ---
+
+/** The settings every connection to the file runs with. */
+function configure(db: SqliteConnection, settings: { synchronous: SqliteSynchronous; maxPages?: number }) {
+  // The store waits for a lock itself, never inside SQLite with the event loop held.
+  db.exec('PRAGMA busy_timeout = 0');
+  const mode = db.get('PRAGMA journal_mode = WAL')?.journal_mode;
+  if (mode !== 'wal')
+    throw new Error(
+      `SQLite would not put it in WAL mode (it stayed ${String(mode)}): is it on a network share?`,
+    );
+  db.exec(`PRAGMA synchronous = ${settings.synchronous === 'full' ? 'FULL' : 'NORMAL'}`);
+  db.exec(`PRAGMA wal_autocheckpoint = ${WAL_CHECKPOINT_PAGES}`);
+  db.exec(`PRAGMA journal_size_limit = ${JOURNAL_SIZE_LIMIT_BYTES}`);
+  if (settings.maxPages !== undefined) db.exec(`PRAGMA max_page_count = ${settings.maxPages}`);
+}
+
+/**
+ * Creates the schema in a file that has none, or brings an earlier one up to date, in one write
+ * transaction (two processes opening a new file together create it once). A file whose
+ * `sep3182_idem_` tables this store did not write, or a later version's, is refused, untouched.
+ * The version row is written in any case: a file this process may not write fails here, at open.
+ */
+function migrate(db: SqliteConnection): void {
+  transact(db, () => {
+    const tables = db
+      .all("SELECT name FROM sqlite_schema WHERE name LIKE 'sep3182\\_idem\\_%' ESCAPE '\\'")
+      .map((row) => String(row.name));
+    let version = 0;
+    if (tables.includes('sep3182_idem_schema')) {
+      const row = db.get('SELECT version FROM sep3182_idem_schema');
+      version = typeof row?.version === 'number' ? row.version : Number.NaN;
+    } else if (tables.length > 0) {
+      throw new Error(
+        `it holds tables named ${tables.join(', ')} that this store did not create (no schema version)`,
+      );
+    }
+    if (!(version >= 0 && version <= SCHEMA_VERSION))
+      throw new Error(
+        `it holds idempotency records of schema version ${version}; this store reads version ${SCHEMA_VERSION} (a newer package wrote it?)`,
+      );
+    for (const step of MIGRATIONS.slice(version)) db.exec(step);
+    db.run('UPDATE sep3182_idem_schema SET version = ?', SCHEMA_VERSION);
+  });
+}
+
+/** BEGIN IMMEDIATE (or `begin`), `work`, COMMIT; rolled back if anything throws. */
+function transact<T>(
+  db: SqliteConnection,
+  work: (db: SqliteConnection) => T,
+  begin: 'BEGIN IMMEDIATE' | 'BEGIN' = 'BEGIN IMMEDIATE',
+): T {
+  db.run(begin);
+  try {
+    const result = work(db);
+    db.run('COMMIT');
+    return result;
+  } catch (error) {
+    rollBack(db);
+    throw error;
+  }
+}
+
+/** Rolls back whatever transaction is open, if one is (SQLite may have rolled it back itself). */
+function rollBack(db: SqliteConnection): void {
+  try {
+    db.run('ROLLBACK');
+  } catch {
+    // No transaction was open: an error such as SQLITE_FULL can end it by itself.
+  }
+}
+
+/** Runs `attempt` until it does not fail with SQLITE_BUSY, sleeping between tries, until `deadline`. */
+async function untilNotBusy<T>(deadline: number, attempt: () => T): Promise<T> {
+  for (let tries = 0; ; tries++) {
+    try {
+      return attempt();
+    } catch (error) {
+      const left = deadline - performance.now();
+      if (sqliteCodeOf(error) !== 'SQLITE_BUSY' || left <= 0) throw error;
+      const backoff = Math.min(2 ** tries, MAX_BUSY_BACKOFF_MS, left);
+      await new Promise((resolve) => setTimeout(resolve, backoff));
+    }
+  }
+}
+
+/** SQLite's answers that say the file itself cannot be used now, whatever the statement. */
+const FILE_FAILURES = new Set([
+  'SQLITE_BUSY',
+  'SQLITE_CANTOPEN',
+  'SQLITE_NOTADB',
+  'SQLITE_CORRUPT',
+  'SQLITE_READONLY',
+  'SQLITE_PERM',
+  'SQLITE_FULL',
+  'SQLITE_IOERR',
+]);
+
+/**
+ * The store's failure as the operator reads it: which file, what is wrong with it in SQLite's
+ * words, and what to do. A StoreUnavailableError, which the guard fails closed on.
+ */
+function unavailable(path: string, error: unknown): StoreUnavailableError {
+  if (error instanceof StoreUnavailableError) return error;
+  if (error instanceof BusyError)
+    return new StoreUnavailableError(
+      new Error(`${path} stayed locked by another write past the busy timeout (SQLITE_BUSY)`, {
+        cause: error,
+      }),
+    );
+  const code = sqliteCodeOf(error);
+  const said = sqliteMessageOf(error);
+  const what: Record<string, string> = {
+    SQLITE_BUSY: `${path} stayed locked by another write past the busy timeout (${said})`,
+    SQLITE_CANTOPEN: `cannot open ${path} (${said}): is its folder there, and may this process create files in it?`,
+    SQLITE_NOTADB: `${path} is not a SQLite database (${said}): give the store a file of its own`,
+    SQLITE_CORRUPT: `${path} is damaged (${said}): restore it from a backup, or move it aside to start with no records`,
+    SQLITE_READONLY: `${path} is read-only (${said}): the store must write its records there`,
+    SQLITE_PERM: `${path} may not be written (${said})`,
+    SQLITE_FULL: `${path} is full (${said}): free disk space, or raise its size bound`,
+    SQLITE_IOERR: `${path} could not be read or written (${said})`,
+  };
+  const message = (code && what[code]) ?? (said.startsWith(path) ? said : `${path}: ${said}`);
+  return new StoreUnavailableError(new Error(message, { cause: error }));
+}
