@@ -82,7 +82,7 @@ const USAGE = `Usage: tsx server.ts [options]
   --charge-latency-ms N     the in-process ledger takes N ms per charge (default 0)
   --retention-seconds N     how long a completed key is remembered (default ${DEFAULT_RETENTION_MS / 1000})
   --max-records N           cap on records in the memory store (default ${DEFAULT_MAX_RECORDS})
-  --max-records-per-caller N  quota of live records per caller, either store (default ${DEFAULT_MAX_RECORDS_PER_SCOPE})
+  --max-records-per-caller N  quota of live records per caller, every store (default ${DEFAULT_MAX_RECORDS_PER_SCOPE})
   --max-bytes-per-caller N    quota of stored response characters per caller (default ${DEFAULT_MAX_BYTES_PER_SCOPE})
   --in-progress-lease-ms N  how long an unfinished claim holds its key (default ${DEFAULT_LEASE_MS})
   --log-flush-ms N          how long a decision log line may wait to be written with others
