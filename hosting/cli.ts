@@ -57,7 +57,7 @@ export interface ServerConfig {
 
 const USAGE = `Usage: tsx server.ts [options]
   --http                    serve stateless Streamable HTTP at /mcp instead of stdio
-  --host H                  HTTP host (default 127.0.0.1)
+  --host H                  host of the HTTP and metrics listeners (default 127.0.0.1)
   --port N                  HTTP port (default 3000; 0 picks a free one)
   --store memory|sqlite|redis|postgres  where idempotency records live (default memory)
   --ledger memory|sqlite|redis|postgres  where the balance lives (default: beside the records). With
