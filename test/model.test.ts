@@ -131,31 +131,12 @@ describe('the guard with the SQLite store, three instances on one file, agrees w
     });
   }
 
-  it(
-    `over ${SQLITE_RUNS} random programs of up to ${MAX_COMMANDS} steps, each instance on its own connection, with and without a quota`,
-    async () => {
-      const before = { ...tally };
-      await fc.assert(
-        fc.asyncProperty(
-          fc.constantFrom(1_000, 1),
-          programs(advances, MAX_COMMANDS),
-          async (maxRecordsPerScope, commands) => {
-            ran.sqlitePrograms += 1;
-            const settings: ModelSettings = {
-              retentionMs: RETENTION_MS,
-              leaseMs: LEASE_MS,
-              maxRecordsPerScope,
-              expiry: 'eager',
-            };
-            await runProgram(settings, () => start(maxRecordsPerScope), commands);
-          },
-        ),
-        { numRuns: SQLITE_RUNS },
-      );
-      report('SQLite store', before);
-      expect(ran.sqlitePrograms).toBeGreaterThanOrEqual(SQLITE_RUNS);
-    },
-    LONG ? 600_000 : 60_000,
+  itAgreesWithTheModel(
+    'SQLite store',
+    'sqlitePrograms',
+    SQLITE_RUNS,
+    { RETENTION_MS, LEASE_MS, advances },
+    start,
   );
 });
 
@@ -165,6 +146,46 @@ if (!redis) console.warn(REDIS_SKIP_REASON);
 afterAll(async () => {
   await redis?.stop();
 });
+
+/**
+ * The property for a store three instances share: random programs, each instance on its own
+ * connection to the store, with and without a quota of one record per caller.
+ */
+function itAgreesWithTheModel(
+  label: string,
+  counter: keyof typeof ran,
+  numRuns: number,
+  timing: { RETENTION_MS: number; LEASE_MS: number; advances: number[] },
+  start: (maxRecordsPerScope: number) => Promise<RealSystem>,
+  connections = 'connection',
+): void {
+  it(
+    `over ${numRuns} random programs of up to ${MAX_COMMANDS} steps, each instance on its own ${connections}, with and without a quota`,
+    async () => {
+      const before = { ...tally };
+      await fc.assert(
+        fc.asyncProperty(
+          fc.constantFrom(1_000, 1),
+          programs(timing.advances, MAX_COMMANDS),
+          async (maxRecordsPerScope, commands) => {
+            ran[counter] += 1;
+            const settings: ModelSettings = {
+              retentionMs: timing.RETENTION_MS,
+              leaseMs: timing.LEASE_MS,
+              maxRecordsPerScope,
+              expiry: 'eager',
+            };
+            await runProgram(settings, () => start(maxRecordsPerScope), commands);
+          },
+        ),
+        { numRuns },
+      );
+      report(label, before);
+      expect(ran[counter]).toBeGreaterThanOrEqual(numRuns);
+    },
+    LONG ? 600_000 : 60_000,
+  );
+}
 
 /** Logs what one family of programs exercised (the counts RELIABILITY.md quotes). */
 function report(label: string, before: typeof tally): void {
@@ -230,31 +251,12 @@ return 0`;
       });
     }
 
-    it(
-      `over ${REDIS_RUNS} random programs of up to ${MAX_COMMANDS} steps, each instance on its own connection, with and without a quota`,
-      async () => {
-        const before = { ...tally };
-        await fc.assert(
-          fc.asyncProperty(
-            fc.constantFrom(1_000, 1),
-            programs(advances, MAX_COMMANDS),
-            async (maxRecordsPerScope, commands) => {
-              ran.redisPrograms += 1;
-              const settings: ModelSettings = {
-                retentionMs: RETENTION_MS,
-                leaseMs: LEASE_MS,
-                maxRecordsPerScope,
-                expiry: 'eager',
-              };
-              await runProgram(settings, () => start(maxRecordsPerScope), commands);
-            },
-          ),
-          { numRuns: REDIS_RUNS },
-        );
-        report('Redis store', before);
-        expect(ran.redisPrograms).toBeGreaterThanOrEqual(REDIS_RUNS);
-      },
-      LONG ? 600_000 : 60_000,
+    itAgreesWithTheModel(
+      'Redis store',
+      'redisPrograms',
+      REDIS_RUNS,
+      { RETENTION_MS, LEASE_MS, advances },
+      start,
     );
   },
 );
@@ -325,31 +327,13 @@ describe.skipIf(!postgres)(
       await postgres?.drop(prefix);
     });
 
-    it(
-      `over ${POSTGRES_RUNS} random programs of up to ${MAX_COMMANDS} steps, each instance on its own connections, with and without a quota`,
-      async () => {
-        const before = { ...tally };
-        await fc.assert(
-          fc.asyncProperty(
-            fc.constantFrom(1_000, 1),
-            programs(advances, MAX_COMMANDS),
-            async (maxRecordsPerScope, commands) => {
-              ran.postgresPrograms += 1;
-              const settings: ModelSettings = {
-                retentionMs: RETENTION_MS,
-                leaseMs: LEASE_MS,
-                maxRecordsPerScope,
-                expiry: 'eager',
-              };
-              await runProgram(settings, () => start(maxRecordsPerScope), commands);
-            },
-          ),
-          { numRuns: POSTGRES_RUNS },
-        );
-        report('Postgres store', before);
-        expect(ran.postgresPrograms).toBeGreaterThanOrEqual(POSTGRES_RUNS);
-      },
-      LONG ? 600_000 : 60_000,
+    itAgreesWithTheModel(
+      'Postgres store',
+      'postgresPrograms',
+      POSTGRES_RUNS,
+      { RETENTION_MS, LEASE_MS, advances },
+      start,
+      'connections',
     );
   },
 );
