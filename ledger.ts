@@ -500,7 +500,7 @@ export class SqliteLedger implements Ledger {
   }
 
   async balance(): Promise<number> {
-    const row = await this.store.transaction((db) =>
+    const row = await this.store.read((db) =>
       db.get('SELECT balance FROM sep3182_ledger_balance WHERE id = 1'),
     );
     return Number(row?.balance ?? 0);

@@ -510,6 +510,30 @@ describe("a tool's writes in its record's transaction", () => {
   });
 });
 
+describe("a server's reads of its own tables", () => {
+  it('reads the last commit at once while another connection holds the write lock, and refuses to write', async () => {
+    const file = newFile();
+    const writer = await openStore(file);
+    const reader = await openStore(file, { busyTimeoutMs: 200 });
+    await writer.transaction((db) => {
+      db.run('CREATE TABLE balance (amount INTEGER NOT NULL)');
+      db.run('INSERT INTO balance VALUES (100)');
+    });
+    // A keyed call's transaction: the file's write lock, and a write not yet committed.
+    const ticket = await claimTicket(writer, newId());
+    (await writer.begin(ticket)).run('UPDATE balance SET amount = 150');
+
+    const amount = async () => (await reader.read((db) => db.get('SELECT amount FROM balance')))?.amount;
+    expect(await amount()).toBe(100);
+    await expect(reader.read((db) => db.run('UPDATE balance SET amount = 0'))).rejects.toThrow(/readonly/i);
+
+    await writer.complete(ticket, RESULT, RETENTION_MS);
+    expect(await amount()).toBe(150);
+    await reader.transaction((db) => db.run('UPDATE balance SET amount = amount + 1'));
+    expect(await amount()).toBe(151);
+  });
+});
+
 describe('fail closed: a file the store cannot use never means executing without a record', () => {
   it('rejects a claim with StoreUnavailableError once another connection has held the write lock past the bound, and claims once it is free', async () => {
     const file = newFile();

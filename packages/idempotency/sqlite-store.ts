@@ -588,6 +588,25 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
   }
 
   /**
+   * Runs `work` on one snapshot of the file (a read transaction): it waits for no writer, in this
+   * process or another, and no writer waits for it. For a server's reads of its own tables; a
+   * statement that would write is refused (`PRAGMA query_only`).
+   */
+  async read<T>(work: (db: SqliteStatements) => T): Promise<T> {
+    try {
+      this.db.exec('PRAGMA query_only = ON');
+      try {
+        return transact(this.db, work, 'BEGIN');
+      } finally {
+        this.db.exec('PRAGMA query_only = OFF');
+      }
+    } catch (error) {
+      const code = sqliteCodeOf(error);
+      throw code && FILE_FAILURES.has(code) ? unavailable(this.path, error) : error;
+    }
+  }
+
+  /**
    * Closes the file. The claims this store still holds are left to be taken at once, as a process
    * that exits leaves them: their holder is marked gone.
    */
