@@ -23,6 +23,8 @@ export type StoreKind = (typeof STORE_KINDS)[number];
 export interface ServerConfig {
   transport: 'stdio' | 'http';
   host: string;
+  /** The names a request's Host (and a page's Origin) may carry; unset, what `host` answers to. */
+  allowedHosts: string[] | undefined;
   port: number;
   store: StoreKind;
   /** Where the balance lives: the store's own kind by default, or in this process. */
@@ -58,6 +60,10 @@ export interface ServerConfig {
 const USAGE = `Usage: tsx server.ts [options]
   --http                    serve stateless Streamable HTTP at /mcp instead of stdio
   --host H                  host of the HTTP and metrics listeners (default 127.0.0.1)
+  --allowed-hosts NAME,NAME…  the names a request's Host may carry, and a browser page's Origin
+                            (DNS-rebinding protection). Default: what --host answers to (a loopback
+                            address: the loopback names); a wildcard --host (0.0.0.0, ::) checks
+                            no names unless given these, e.g. the name a load balancer serves
   --port N                  HTTP port (default 3000; 0 picks a free one)
   --store memory|sqlite|redis|postgres  where idempotency records live (default memory)
   --ledger memory|sqlite|redis|postgres  where the balance lives (default: beside the records). With
@@ -106,6 +112,7 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
     options: {
       http: { type: 'boolean', default: false },
       host: { type: 'string', default: '127.0.0.1' },
+      'allowed-hosts': { type: 'string' },
       port: { type: 'string', default: '3000' },
       store: { type: 'string', default: 'memory' },
       'redis-url': { type: 'string', default: env.REDIS_URL ?? 'redis://127.0.0.1:6379' },
@@ -192,9 +199,12 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
       : integerOption('--metrics-port', values['metrics-port'], 0, MAX_PORT);
   if (values.http && metricsPort !== undefined && metricsPort !== 0 && metricsPort === port)
     throw new Error(`--metrics-port ${metricsPort} is the --port: give the metrics a port of their own`);
+  const allowedHosts = values['allowed-hosts'] === undefined ? undefined : hostNames(values['allowed-hosts']);
+  if (allowedHosts && !values.http) throw new Error('--allowed-hosts needs --http');
   return {
     transport: values.http ? 'http' : 'stdio',
     host: values.host,
+    allowedHosts,
     port,
     store,
     redisUrl: values['redis-url'],
@@ -231,6 +241,16 @@ function httpUrl(raw: string): URL {
   if (url?.protocol !== 'http:' && url?.protocol !== 'https:')
     throw new Error(`--provider-url must be an http(s) URL, got "${raw}"`);
   return url;
+}
+
+/** Host names as a Host header carries them without its port: lower case, IPv6 in brackets. */
+function hostNames(raw: string): string[] {
+  return raw.split(',').map((name) => {
+    const url = URL.canParse(`http://${name}`) ? new URL(`http://${name}`) : undefined;
+    if (!url || name === '' || /[/@?#]/.test(name) || url.port !== '')
+      throw new Error(`--allowed-hosts takes comma-separated host names without ports, got "${raw}"`);
+    return url.hostname;
+  });
 }
 
 /** A store URL the store's client can parse, of its scheme; not echoed, as it may hold a password. */

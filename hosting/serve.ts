@@ -75,6 +75,7 @@ export async function serve({
   const http = await startHttpServer({
     host: config.host,
     port: config.port,
+    allowedHosts: config.allowedHosts,
     bearerTokens,
     createServer,
     onerror: reportSdkError,

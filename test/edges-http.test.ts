@@ -15,6 +15,8 @@ import { postRaw } from './support/hostile.js';
 
 const toolsCall = (params: Record<string, unknown>) =>
   JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params });
+const charge = () =>
+  toolsCall({ name: 'charge_guarded', arguments: { amount: 5 }, idempotencyKey: randomUUID() });
 
 /** A POST through node:http, which, unlike fetch, sends whatever Host it is given. */
 function postAs(url: URL, body: string, headers: Record<string, string>): Promise<number | undefined> {
@@ -57,9 +59,6 @@ describe('DNS-rebinding protection: the Host and Origin a request names', () => 
   });
   afterAll(() => server?.stop());
 
-  const charge = () =>
-    toolsCall({ name: 'charge_guarded', arguments: { amount: 5 }, idempotencyKey: randomUUID() });
-
   it('refuses a rebound name, its page as the Origin, on a loopback address the SDK does not know: 403, nothing charged', async () => {
     const before = await balanceAt(server.url);
     const port = server.url.port;
@@ -95,6 +94,26 @@ describe('DNS-rebinding protection: the Host and Origin a request names', () => 
     ['::', undefined],
   ])('a server bound to %s answers to %j', (host, names) => {
     expect(allowedHostsOf(host)).toStrictEqual(names);
+  });
+});
+
+describe('--allowed-hosts: the names a server behind a DNS name answers to', () => {
+  let server: HttpInstance;
+  beforeAll(async () => {
+    server = await startHttpInstance(['--allowed-hosts', 'MCP.example.test,[::1]']);
+  });
+  afterAll(() => server?.stop());
+
+  it('serves the names given, and refuses the ones --host alone would have allowed: 403, nothing executed', async () => {
+    const named = `mcp.example.test:${server.url.port}`;
+    expect(await postAs(server.url, charge(), { host: named, origin: `https://${named}` })).toBe(200);
+    expect(await postAs(server.url, charge(), { host: `[::1]:${server.url.port}` })).toBe(200);
+    expect(await postAs(server.url, charge(), { host: server.url.host })).toBe(403);
+    expect(await postAs(server.url, charge(), { host: named, origin: 'https://attacker.example' })).toBe(403);
+    // The decision log: fetch, which the balance is read with, cannot send another Host.
+    await expect
+      .poll(() => server.decisions().map((line) => line.decision))
+      .toStrictEqual(['executed', 'executed']);
   });
 });
 

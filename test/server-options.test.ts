@@ -122,6 +122,13 @@ describe('a start-up mistake', () => {
       /^--sqlite-synchronous must be normal or full, got "off"/,
     ],
     [
+      'an allowed host with a port',
+      ['--http', '--allowed-hosts', 'mcp.example.test:443'],
+      2,
+      /^--allowed-hosts takes comma-separated host names without ports, got "mcp\.example\.test:443"/,
+    ],
+    ['allowed hosts over stdio', ['--allowed-hosts', 'mcp.example.test'], 2, /^--allowed-hosts needs --http/],
+    [
       'a SQLite file in a folder that is not there',
       ['--store', 'sqlite', '--sqlite-path', '/nonexistent-sep3182/records.sqlite'],
       1,
