@@ -44,11 +44,13 @@ export function printTable(): void {
   for (const e of expectations)
     say(`  ${e.passed ? '✓' : '✗'}  ${e.scenario.padEnd(width)}  ${e.expectation}`);
   const failed = expectations.filter((e) => !e.passed).length;
+  // Since this process began: the whole demo, its servers' start-ups included.
+  const took = `in ${Math.round(performance.now() / 1000)} s`;
   say();
   say(
     failed === 0
-      ? `All ${expectations.length} expectations held.`
-      : `${failed} of ${expectations.length} expectations FAILED.`,
+      ? `All ${expectations.length} expectations held, ${took}.`
+      : `${failed} of ${expectations.length} expectations FAILED, ${took}.`,
   );
 }
 
