@@ -601,8 +601,11 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
         this.db.exec('PRAGMA query_only = OFF');
       }
     } catch (error) {
+      // A read never fails on a read-only file: SQLITE_READONLY here is `work` writing, its own error.
       const code = sqliteCodeOf(error);
-      throw code && FILE_FAILURES.has(code) ? unavailable(this.path, error) : error;
+      throw code && code !== 'SQLITE_READONLY' && FILE_FAILURES.has(code)
+        ? unavailable(this.path, error)
+        : error;
     }
   }
 
