@@ -368,7 +368,7 @@ function sleep(ms: number): Promise<void> {
 // --- The balance as a table beside the idempotency records (Postgres) ---
 //
 // When the records live in Postgres, the ledger can too, and then a charge and its record commit
-// in one transaction (packages/idempotency/postgres-store.ts): a crash at any point leaves both or neither,
+// in one transaction (packages/idempotency/stores/postgres/store.ts): a crash at any point leaves both or neither,
 // with no help from any provider. Each charge writes its entry and the new balance in one
 // statement, through the call's transaction when the guard offers one (a keyed call), else on
 // its own (a call without a key). `entries` is the ledger's own log: every committed charge once.
@@ -445,7 +445,7 @@ export class PostgresLedger implements Ledger {
 //
 // The same idea on one machine: when the records live in a SQLite file, the ledger lives in that
 // file too, and a keyed charge writes through its record's transaction
-// (packages/idempotency/sqlite-store.ts), so a process killed at any point leaves both the
+// (packages/idempotency/stores/sqlite/store.ts), so a process killed at any point leaves both the
 // charge and its record, or neither. A charge without a key writes in a transaction of its own.
 
 /** The demo ledger's tables in the records' file: its balance (one row) and its entries. */

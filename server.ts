@@ -4,7 +4,7 @@
 // have the same body; they differ only in how the demo calls them (with and without an
 // `idempotencyKey`). Deduplication happens in the `tools/call` dispatch, installed by
 // `installIdempotencyGuard`, so it covers every tool: the SEP's algorithm, top to bottom, is
-// `guardToolCall` in packages/idempotency/guard.ts (in this repository the package's name
+// `guardToolCall` in packages/idempotency/core/guard.ts (in this repository the package's name
 // resolves to its sources: tsconfig.json's `paths`).
 //
 // Built on the current SDK line (@modelcontextprotocol/server 2.x): one factory serves the
@@ -204,7 +204,7 @@ export function registerDemoTools(tools: ToolRegistry, ledger: Ledger, store: Id
 // sealed `requestState` naming the refund. The client sends the call again with the answer (a
 // continuation) and only a yes refunds. On a 2025-11-25 connection the SDK asks the question
 // itself, inside the one call. Like the others, this tool carries no idempotency logic: the
-// guard's rules for continuations are in packages/idempotency/guard.ts.
+// guard's rules for continuations are in packages/idempotency/core/guard.ts.
 
 /** What `refund_order` seals into its `requestState`: the refund the question was about. */
 export interface RefundState {

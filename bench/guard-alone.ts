@@ -5,7 +5,7 @@
 // The real guard in front of a no-op tool: no SDK, no transport, no parsing. Then its pieces:
 // key validation, the fingerprint by size, server.ts's decision log line, and what the other hop's
 // provider key costs: deriving one, and running each dispatch in the execution context that
-// carries it (packages/idempotency/execution.ts), against calling the dispatch directly. mitata runs each
+// carries it (packages/idempotency/core/execution.ts), against calling the dispatch directly. mitata runs each
 // piece's timing loop (batches of calls for what takes nanoseconds, fresh arguments made outside
 // the timed region, a GC before each piece); the pieces take turns in rotating order, round after
 // round, and a piece's median and p99 are over all its rounds' samples.

@@ -4,7 +4,7 @@
 // `requestState`), repeats, lost answers and two continuations at once, on two keys whose calls
 // may differ in their arguments, run against the real guard (McpServer + guard, in process, each
 // request its own fetch) and a small model of the project's rules for continuations
-// (packages/idempotency/guard.ts, `settlementOf`). After every step the answer and the guard's decision are
+// (packages/idempotency/core/guard.ts, `settlementOf`). After every step the answer and the guard's decision are
 // the model's, and the ledger holds exactly the refunds the model allowed: at most one completing
 // round per key, a repeat of the opening round never asks anew, replays equal the final answer,
 // and a refused continuation changes nothing.

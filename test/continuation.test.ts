@@ -2,7 +2,7 @@
 //
 // `refund_order` asks before it acts: its opening round answers `input_required`, and only the
 // continuation that carries a yes refunds. The SEP leaves continuations out of its scope; these
-// tests hold the guard to the project's rules for them (packages/idempotency/guard.ts, `settlementOf`),
+// tests hold the guard to the project's rules for them (packages/idempotency/core/guard.ts, `settlementOf`),
 // over real transports: a spawned stdio server, a stateless HTTP instance, and two HTTP
 // instances sharing Redis, where the continuation lands on the other instance.
 

@@ -81,7 +81,7 @@ describe('the provider key of a keyed call', () => {
     const ledger = new KeyRecordingLedger();
     const key = randomUUID();
     await callTool((await server(ledger, { scope: 'principal:alice' })).client, keyed(key));
-    const script = `import { ToolExecution } from './packages/idempotency/execution.ts';
+    const script = `import { ToolExecution } from './packages/idempotency/core/execution.ts';
 process.stdout.write(new ToolExecution('principal:alice', 'charge_guarded', ${JSON.stringify(key)}).providerKey('charge'));`;
     const { stdout } = await promisify(execFile)(
       process.execPath,
@@ -151,7 +151,7 @@ describe('the provider key of a call without an MCP key', () => {
   });
 
   it('differs between processes, each one’s first execution alike: a restarted server never reuses one', async () => {
-    const script = `import { ToolExecution } from './packages/idempotency/execution.ts';
+    const script = `import { ToolExecution } from './packages/idempotency/core/execution.ts';
 process.stdout.write(new ToolExecution('local', 'charge_unguarded').providerKey('charge'));`;
     const firstOfAProcess = async () => {
       const run = promisify(execFile)(

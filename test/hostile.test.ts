@@ -717,7 +717,7 @@ describe('a response that echoes its request', () => {
     // Regression test. The memory store caps records by count only, and a response can echo
     // its request: an unknown tool's error names the tool, so a keyed call with a 4 MB name
     // pins 4 MB for the retention period, and 100,000 such calls are 400 GB. The fix (a byte
-    // budget, `maxBytes`) belongs to packages/idempotency/memory-store.ts; see RELIABILITY.md. The
+    // budget, `maxBytes`) belongs to packages/idempotency/stores/memory.ts; see RELIABILITY.md. The
     // option is passed through a wider type so this file compiles before the store has it.
     const options: MemoryStoreOptions & { maxBytes: number } = { maxBytes: 3 * MiB };
     const connection = await connectInProcess({ store: new MemoryIdempotencyStore(options) });

@@ -8,12 +8,12 @@
 // @modelcontextprotocol/client 2.x. The OpenTelemetry figures (`/otel`) are on @opentelemetry/api,
 // which a server that does not import them needs not install.
 
-export * from './claims-in-flight.js';
-export * from './errors.js';
-export * from './execution.js';
-export * from './fingerprint.js';
-export * from './guard.js';
-export * from './key.js';
-export * from './memory-store.js';
-export * from './scope.js';
-export * from './store.js';
+export * from './core/errors.js';
+export * from './core/execution.js';
+export * from './core/fingerprint.js';
+export * from './core/guard.js';
+export * from './core/key.js';
+export * from './core/scope.js';
+export * from './stores/claims-in-flight.js';
+export * from './stores/contract.js';
+export * from './stores/memory.js';

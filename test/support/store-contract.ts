@@ -1,6 +1,6 @@
 // --- The store contract, written once ---
 //
-// Every promise of `IdempotencyStore` (packages/idempotency/store.ts), as tests that run against
+// Every promise of `IdempotencyStore` (packages/idempotency/stores/contract.ts), as tests that run against
 // every store: the memory store, Redis, a Redis Cluster and Postgres (`test/store-contract.test.ts`).
 // A claim, a replay byte for byte (results and errors), the original fingerprint for a conflict, in
 // progress, the lease and its renewal, release, the continuation of a multi-round-trip call,

@@ -14,8 +14,8 @@
 //     every store checks every CLEAR_SEEN_WITHIN_MS while it remembers anything.
 // Internal to the package: the SQLite store's own.
 
-import type { Fingerprint } from './fingerprint.js';
-import type { StoredResponse } from './store.js';
+import type { Fingerprint } from '../../core/fingerprint.js';
+import type { StoredResponse } from '../contract.js';
 
 /**
  * How soon a store sees that another process cleared the file, and forgets the replays it knew:

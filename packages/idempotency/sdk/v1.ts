@@ -1,6 +1,6 @@
 // --- The guard on the v1 SDK line: @modelcontextprotocol/sdk 1.32.x (protocol up to 2025-11-25) ---
 //
-// For the many servers still on `@modelcontextprotocol/sdk`: the same guard as `sdk-v2.ts`, with
+// For the many servers still on `@modelcontextprotocol/sdk`: the same guard as `v2.ts`, with
 // the same loud failure. v1's `McpServer` parses `tools/call` params with a plain zod object, so
 // `idempotencyKey` is silently stripped before any handler or tool callback sees it (the same
 // silent stripping is how the Python prototype came to "work" on mcp 2.0 while deduplicating
@@ -22,10 +22,10 @@ import {
   type ServerRequest,
 } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { IDEMPOTENCY_CAPABILITY, type IdempotencyGuardOptions } from './guard.js';
+import { IDEMPOTENCY_CAPABILITY, type IdempotencyGuardOptions } from '../core/guard.js';
+import type { Caller } from '../core/scope.js';
+import { MemoryIdempotencyStore } from '../stores/memory.js';
 import { guardToolsCallEntry } from './hook.js';
-import { MemoryIdempotencyStore } from './memory-store.js';
-import type { Caller } from './scope.js';
 
 type Extra = RequestHandlerExtra<ServerRequest, ServerNotification>;
 

@@ -3,7 +3,7 @@
 // The guard sits in front of a server's `tools/call` dispatch, so it applies to every tool and
 // no tool body carries idempotency logic. It knows no SDK: it takes the raw params as they came
 // off the wire, the caller's scope and a dispatch to call, and an adapter per SDK line
-// (`sdk-v2.ts`, `sdk-v1.ts`) puts it in front of that line's dispatch. `guardToolCall` reads top
+// (`sdk/v2.ts`, `sdk/v1.ts`) puts it in front of that line's dispatch. `guardToolCall` reads top
 // to bottom as the SEP's algorithm: no key → validate → fingerprint → claim → conflict? → in
 // progress? → replay → execute once and record. The last step is `executeOnce`: run the dispatch
 // (its lease renewed), `settle` the claim with the answer (complete it, await input, or release
@@ -15,6 +15,15 @@
 // its scope: a round that answers `input_required` is not final; the key waits for its
 // continuation ("awaiting input"), and `settlementOf` says how each answer settles it.
 
+import type {
+  Claim,
+  ClaimTicket,
+  IdempotencyStore,
+  JsonObject,
+  RecordId,
+  StoredResponse,
+  WireError,
+} from '../stores/contract.js';
 import {
   IdempotencyErrorType,
   INTERNAL_ERROR,
@@ -27,15 +36,6 @@ import { runExecution, ToolExecution } from './execution.js';
 import { fingerprintToolCall } from './fingerprint.js';
 import { checkIdempotencyKey } from './key.js';
 import { type Caller, principalScope, ScopeUnknownError } from './scope.js';
-import type {
-  Claim,
-  ClaimTicket,
-  IdempotencyStore,
-  JsonObject,
-  RecordId,
-  StoredResponse,
-  WireError,
-} from './store.js';
 
 /**
  * How long the providers a tool calls with `providerKey` keep an idempotency key and replay its

@@ -19,10 +19,10 @@ import {
 } from '@modelcontextprotocol/server';
 import { serveStdio } from '@modelcontextprotocol/server/stdio';
 import { z } from 'zod';
-import { callTool, LEGACY_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSION } from './client.js';
-import { IDEMPOTENCY_CAPABILITY, type IdempotencyGuardOptions } from './guard.js';
+import { callTool, LEGACY_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSION } from '../client/client.js';
+import { IDEMPOTENCY_CAPABILITY, type IdempotencyGuardOptions } from '../core/guard.js';
+import { MemoryIdempotencyStore } from '../stores/memory.js';
 import { type EntryReader, guardToolsCallEntry } from './hook.js';
-import { MemoryIdempotencyStore } from './memory-store.js';
 
 const v2Entry: EntryReader<ServerContext> = {
   /** The caller as v2 hands it to a handler: the verified token the HTTP entry passed through. */

@@ -9,9 +9,9 @@
 // the key of its tool call), and the MCP client takes a `fetch` in its HTTP transport options or
 // any transport object (the wire wrappers write the key in). Nothing here imports the AI SDK.
 
-import { type AgentToolCall, type ExecutableTool, type Warn, withKeyedExecutions } from './agent-call.js';
+import { type AgentToolCall, type ExecutableTool, type Warn, withKeyedExecutions } from './call.js';
 
-export { fetchWithIdempotencyKeys, transportWithIdempotencyKeys, type WireOptions } from './agent-wire.js';
+export { fetchWithIdempotencyKeys, transportWithIdempotencyKeys, type WireOptions } from './wire.js';
 
 /** What the AI SDK gives a tool's `execute`, as far as the key needs it. */
 interface ExecutionOptions {

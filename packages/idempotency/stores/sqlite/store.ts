@@ -3,7 +3,7 @@
 // Most MCP servers run over stdio, started by a desktop or IDE host, with no database server.
 // The memory store forgets every record when such a process crashes, and the client's retry then
 // executes again. This store keeps the records in a file: the same contract as the other stores
-// (store.ts), the same answers, quotas and size bound, proven by the same suite. Any number of
+// (../contract.ts), the same answers, quotas and size bound, proven by the same suite. Any number of
 // server processes on one machine may share the file; they are the instances.
 //   claim    = a read; only a key that is free (absent, expired, or held by a dead process) takes
 //              a write transaction: "the record if there is one; else, within the caller's quota,
@@ -27,7 +27,7 @@
 // claim behind a tool's open transaction waits its turn instead of polling for it.
 //
 // --- A dead holder is seen at once ---
-// Each claim names its holder process: its pid, its start time and its host (process-liveness.ts
+// Each claim names its holder process: its pid, its start time and its host (liveness.ts
 // says why a pid alone is not enough). A claim that finds an in-progress record whose holder is
 // gone takes the key as free at once; a live holder, however slow, still answers in progress, and
 // the lease stays the backstop (a holder this machine cannot judge: another pid namespace).
@@ -70,9 +70,24 @@
 
 import { randomUUID } from 'node:crypto';
 import { realpathSync, type Stats, statSync } from 'node:fs';
-import { currentExecution } from './execution.js';
-import type { Fingerprint } from './fingerprint.js';
-import { isGone, type ProcessIdentity, THIS_PROCESS } from './process-liveness.js';
+import { currentExecution } from '../../core/execution.js';
+import type { Fingerprint } from '../../core/fingerprint.js';
+import {
+  type Claim,
+  type ClaimTicket,
+  type IdempotencyStore,
+  type RecordId,
+  type StoredResponse,
+  StoreUnavailableError,
+} from '../contract.js';
+import {
+  claimOfHeld,
+  milliseconds,
+  parsedJson,
+  positiveInteger,
+  type ScopeQuotaOptions,
+  scopeQuotasOf,
+} from '../support.js';
 import {
   SqliteConnection,
   type SqliteDriverName,
@@ -81,7 +96,7 @@ import {
   sqliteCodeOf,
   sqliteDriverName,
   sqliteMessageOf,
-} from './sqlite-driver.js';
+} from './driver.js';
 import {
   BusyError,
   CLEAR_SEEN_WITHIN_MS,
@@ -90,25 +105,10 @@ import {
   type ProcessWriteLock,
   sharedInProcess,
   slotOf,
-} from './sqlite-process.js';
-import {
-  type Claim,
-  type ClaimTicket,
-  type IdempotencyStore,
-  type RecordId,
-  type StoredResponse,
-  StoreUnavailableError,
-} from './store.js';
-import {
-  claimOfHeld,
-  milliseconds,
-  parsedJson,
-  positiveInteger,
-  type ScopeQuotaOptions,
-  scopeQuotasOf,
-} from './store-support.js';
+} from './in-process.js';
+import { isGone, type ProcessIdentity, THIS_PROCESS } from './liveness.js';
 
-export type { SqliteDriverName, SqlRow, SqlValue } from './sqlite-driver.js';
+export type { SqliteDriverName, SqlRow, SqlValue } from './driver.js';
 
 /**
  * How long a write waits for the file's write lock before the call fails closed. Another claim
@@ -193,7 +193,7 @@ export interface SqliteStoreOptions extends ScopeQuotaOptions {
 // its caller's quota from one row, however many records the caller holds. `next_expiry` is a lower
 // bound of its rows' expiries: until then, none of them can have expired, and a caller at its
 // quota is refused without counting. `schema` holds the version, and how many times the file was
-// cleared: a process that remembers replays (sqlite-process.ts) forgets them when that changes.
+// cleared: a process that remembers replays (in-process.ts) forgets them when that changes.
 const SCHEMA = `
 CREATE TABLE sep3182_idem_records (
   scope           TEXT    NOT NULL,

@@ -32,10 +32,10 @@ import {
   SpanStatusCode,
   trace,
 } from '@opentelemetry/api';
-import { IdempotencyErrorType, idempotencyErrorCode } from './errors.js';
-import type { Fingerprint } from './fingerprint.js';
-import type { Decision, DecisionEvent, IdempotencyGuardOptions } from './guard.js';
-import type { Claim, ClaimTicket, IdempotencyStore, RecordId, StoredResponse } from './store.js';
+import { IdempotencyErrorType, idempotencyErrorCode } from '../core/errors.js';
+import type { Fingerprint } from '../core/fingerprint.js';
+import type { Decision, DecisionEvent, IdempotencyGuardOptions } from '../core/guard.js';
+import type { Claim, ClaimTicket, IdempotencyStore, RecordId, StoredResponse } from '../stores/contract.js';
 
 /** The instruments, by the names an exporter shows (Prometheus: dots become `_`, counters get `_total`). */
 export const IdempotencyMetrics = {
@@ -190,7 +190,7 @@ const STORE_BUCKETS_S = [
   0.5, 1, 2.5, 5, 10,
 ];
 
-/** The error the guard answers each of its refusals with (guard.ts throws them; errors.ts has their codes). */
+/** The error the guard answers each of its refusals with (core/guard.ts throws them; core/errors.ts has their codes). */
 const REFUSALS: Partial<Record<Decision, IdempotencyErrorType>> = {
   invalid: IdempotencyErrorType.invalid,
   conflict: IdempotencyErrorType.conflict,

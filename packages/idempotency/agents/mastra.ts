@@ -9,9 +9,9 @@
 // HTTP server's definition (`fetchWithIdempotencyKeys`). Over stdio MCPClient makes its transport
 // itself from `command` and takes none: there the calls go without a key. Nothing here imports Mastra.
 
-import { type AgentToolCall, type ExecutableTool, type Warn, withKeyedExecutions } from './agent-call.js';
+import { type AgentToolCall, type ExecutableTool, type Warn, withKeyedExecutions } from './call.js';
 
-export { fetchWithIdempotencyKeys, type WireOptions } from './agent-wire.js';
+export { fetchWithIdempotencyKeys, type WireOptions } from './wire.js';
 
 /** What Mastra gives a tool's `execute` when an agent runs it, as far as the key needs it. */
 interface ExecutionContext {

@@ -1,6 +1,6 @@
 // --- The capability (SEP-3182): `{"capabilities":{"tools":{"idempotency":{}}}}` ---
 //
-// Read where the client helpers (client.ts) and the agent adapters' wire (agent-wire.ts) both
+// Read where the client helpers (client/client.ts) and the agent adapters' wire (agents/wire.ts) both
 // reach it, without either SDK: the agent frameworks bring MCP clients of their own.
 
 /** SEP: `{"capabilities":{"tools":{"idempotency":{}}}}`, intentionally empty. */

@@ -3,7 +3,7 @@
 // Small and atomic on purpose: a claim, then one of three ways to settle it, are all the guard
 // needs, so a backend can be added without touching the guard. Memory, a SQLite file, Redis (one
 // or a Cluster) and Postgres ship here; another (DynamoDB, say) is a file of yours beside them, on
-// the helpers they share (`store-support.ts`), held to the suite every store here passes (the
+// the helpers they share (`support.ts`), held to the suite every store here passes (the
 // repository's `test/support/store-contract.ts`). `claim` must be atomic across every process
 // sharing the store: of N concurrent claims of one (scope, key), exactly one may come back `claimed`.
 //
@@ -11,7 +11,7 @@
 // multi-round-trip call answered `input_required`; the key waits for its continuation), or
 // completed (the final response, replayed to every retry).
 
-import type { Fingerprint } from './fingerprint.js';
+import type { Fingerprint } from '../core/fingerprint.js';
 
 /**
  * Whatever the dispatch answered, kept so a retry gets the same bytes: a `result` (a

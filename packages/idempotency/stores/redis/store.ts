@@ -28,7 +28,7 @@ import {
   type RedisClientType,
   type RedisClusterType,
 } from '@redis/client';
-import type { Fingerprint } from './fingerprint.js';
+import type { Fingerprint } from '../../core/fingerprint.js';
 import {
   type Claim,
   type ClaimTicket,
@@ -36,7 +36,7 @@ import {
   type RecordId,
   type StoredResponse,
   StoreUnavailableError,
-} from './store.js';
+} from '../contract.js';
 import {
   claimOfHeld,
   isPlainObject,
@@ -47,7 +47,7 @@ import {
   type ScopeQuotaOptions,
   scopeQuotasOf,
   withDeadline,
-} from './store-support.js';
+} from '../support.js';
 
 /** Every key the store writes starts with this, so `clear()` can find exactly its own keys. */
 export const DEFAULT_REDIS_KEY_PREFIX = 'sep3182:idem:';

@@ -2,14 +2,14 @@
 //
 // The agent frameworks' MCP clients send `{ name, arguments }` and take no other params; what each
 // does take is a fetch (Streamable HTTP) or a transport (stdio, or any other). These wrap one, and
-// write into each tools/call the key of the tool call it belongs to (agent-call.ts). On the way
+// write into each tools/call the key of the tool call it belongs to (call.ts). On the way
 // they read the server's answer to initialize or server/discover: a server that does not advertise
 // `tools.idempotency` gets its calls exactly as before, without a key, and the program is told so
 // once. (A call to a server whose answer never passed a wrapper still carries the key: the SEP
 // lets a client send one anyway.)
 
-import { AgentKeyWarnings, onceEach, ownedIdempotencyKey, type Warn } from './agent-call.js';
-import { advertisesIdempotency, field } from './capability.js';
+import { advertisesIdempotency, field } from '../core/capability.js';
+import { AgentKeyWarnings, onceEach, ownedIdempotencyKey, type Warn } from './call.js';
 
 export interface WireOptions {
   /** Told once per server that does not advertise the capability (default `console.warn`). */

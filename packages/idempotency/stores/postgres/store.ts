@@ -70,8 +70,8 @@
 
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { currentExecution } from './execution.js';
-import type { Fingerprint } from './fingerprint.js';
+import { currentExecution } from '../../core/execution.js';
+import type { Fingerprint } from '../../core/fingerprint.js';
 import {
   type Claim,
   type ClaimTicket,
@@ -79,7 +79,7 @@ import {
   type RecordId,
   type StoredResponse,
   StoreUnavailableError,
-} from './store.js';
+} from '../contract.js';
 import {
   claimOfHeld,
   milliseconds,
@@ -89,7 +89,7 @@ import {
   type ScopeQuotaOptions,
   scopeQuotasOf,
   withDeadline,
-} from './store-support.js';
+} from '../support.js';
 
 /** Every table and function the store creates starts with this; see `migrationOf`. */
 export const DEFAULT_POSTGRES_TABLE_PREFIX = 'sep3182_idem_';

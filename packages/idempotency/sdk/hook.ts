@@ -5,12 +5,12 @@
 // and neither has a public pre-dispatch hook. Both keep one function per method in `Protocol`'s
 // private `_requestHandlers` map and call it with the request as it came off the wire. Wrapping
 // the `tools/call` entry puts the guard in front of every parse and every tool. Each adapter
-// (`sdk-v1.ts`, `sdk-v2.ts`) says how its line hands over the caller, and proves at start-up that
+// (`v1.ts`, `v2.ts`) says how its line hands over the caller, and proves at start-up that
 // keys still arrive.
 
-import { createToolCallGuard, type IdempotencyGuardOptions } from './guard.js';
-import type { Caller } from './scope.js';
-import type { JsonObject } from './store.js';
+import { createToolCallGuard, type IdempotencyGuardOptions } from '../core/guard.js';
+import type { Caller } from '../core/scope.js';
+import type { JsonObject } from '../stores/contract.js';
 
 /** A request handler as `Protocol` stores it: the raw request and the SDK's context in, a result (or a throw) out. */
 type RawRequestHandler<Ctx> = (

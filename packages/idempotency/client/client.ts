@@ -17,10 +17,10 @@ import {
   type TransportSendOptions,
 } from '@modelcontextprotocol/client';
 import { z } from 'zod';
-import { advertisesIdempotency, field } from './capability.js';
-import { IdempotencyErrorType, idempotencyErrorOf } from './errors.js';
+import { advertisesIdempotency, field } from '../core/capability.js';
+import { IdempotencyErrorType, idempotencyErrorOf } from '../core/errors.js';
 
-export { advertisesIdempotency } from './capability.js';
+export { advertisesIdempotency } from '../core/capability.js';
 
 /** The stateless protocol revision the SEP is written for. */
 export const MODERN_PROTOCOL_VERSION = '2026-07-28';

@@ -12,10 +12,10 @@
 // (`loadMcpTools(name, client)`), whose transport or fetch the wire wrappers wrap.
 
 import { createMiddleware } from 'langchain';
-import { type AgentToolCall, onceEach, runWithToolCallKey, type Warn } from './agent-call.js';
-import { field } from './capability.js';
+import { field } from '../core/capability.js';
+import { type AgentToolCall, onceEach, runWithToolCallKey, type Warn } from './call.js';
 
-export { fetchWithIdempotencyKeys, transportWithIdempotencyKeys, type WireOptions } from './agent-wire.js';
+export { fetchWithIdempotencyKeys, transportWithIdempotencyKeys, type WireOptions } from './wire.js';
 
 export interface LangChainKeyOptions {
   /**

@@ -1,12 +1,12 @@
 // --- An in-process dedup store ---
 //
 // Right for one process (stdio, or a single HTTP instance). A horizontally scaled,
-// stateless deployment must share one store instead (redis-store.ts, postgres-store.ts): a
+// stateless deployment must share one store instead (redis/, postgres/): a
 // retry that lands on another instance finds nothing in this one's memory.
 
-import type { Fingerprint } from './fingerprint.js';
-import type { Claim, ClaimTicket, IdempotencyStore, RecordId, StoredResponse } from './store.js';
-import { positiveInteger, type ScopeQuotaOptions, scopeQuotasOf } from './store-support.js';
+import type { Fingerprint } from '../core/fingerprint.js';
+import type { Claim, ClaimTicket, IdempotencyStore, RecordId, StoredResponse } from './contract.js';
+import { positiveInteger, type ScopeQuotaOptions, scopeQuotasOf } from './support.js';
 
 /** Default cap. Roughly 100 MB at 1 KB a record; over the 24 h retention, a keyed call a second. */
 export const DEFAULT_MAX_RECORDS = 100_000;

@@ -8,12 +8,12 @@
 //
 // So the adapters (ai-sdk.ts, langchain.ts, mastra.ts) derive the key from the tool call where the
 // framework runs the tool, and run the tool inside this file's context; the framework's own MCP
-// client then sends the tools/call, and a wrapper of its fetch or transport (agent-wire.ts) writes
+// client then sends the tools/call, and a wrapper of its fetch or transport (wire.ts) writes
 // the key of the context into it. No framework is patched: each offers both hooks.
 
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { hash } from 'node:crypto';
-import { fingerprintToolCall } from './fingerprint.js';
+import { fingerprintToolCall } from '../core/fingerprint.js';
 
 /** What tells one tool call from every other: the parts its key is derived from. */
 export interface AgentToolCall {

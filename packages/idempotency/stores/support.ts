@@ -1,6 +1,6 @@
 // --- What every store does alike, written once ---
 //
-// The contract is `store.ts`; this is the code the stores share to keep it, so each store file
+// The contract is `contract.ts`; this is the code the stores share to keep it, so each store file
 // holds only what is its backend's own (as Powertools' persistence layers share theirs):
 //   - its options checked by one rule, in one wording: a quota one store refuses, every store refuses;
 //   - every call to a networked backend bounded by a deadline, and reconnected with one back-off;
@@ -14,7 +14,7 @@ import {
   DEFAULT_MAX_RECORDS_PER_SCOPE,
   type StoredResponse,
   StoreUnavailableError,
-} from './store.js';
+} from './contract.js';
 
 // --- Options ---
 

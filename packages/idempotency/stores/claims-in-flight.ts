@@ -6,8 +6,8 @@
 // provider may already have committed would be made twice. So the store the guard uses is
 // wrapped to count open claims, and stopping waits for them to be recorded first.
 
-import type { Fingerprint } from './fingerprint.js';
-import type { Claim, ClaimTicket, IdempotencyStore, RecordId, StoredResponse } from './store.js';
+import type { Fingerprint } from '../core/fingerprint.js';
+import type { Claim, ClaimTicket, IdempotencyStore, RecordId, StoredResponse } from './contract.js';
 
 /** An `IdempotencyStore` that knows how many of its claims are still open. */
 export class ClaimsInFlight implements IdempotencyStore {

@@ -23,7 +23,7 @@
 // with `run`, `get` and `all`, `exec`, `close`), so the face below is thin: prepared statements
 // cached by their text, and each binding's error turned into SQLite's own result code name
 // (`SQLITE_BUSY`, `SQLITE_FULL`…), which is what the store decides on.
-// Internal to the package, like store-support.ts.
+// Internal to the package, like ../support.ts.
 
 import { createRequire } from 'node:module';
 
