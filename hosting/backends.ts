@@ -17,15 +17,12 @@ import {
   RedisIdempotencyStore,
 } from 'mcp-request-idempotency/redis';
 import { SqliteIdempotencyStore } from 'mcp-request-idempotency/sqlite';
-import {
-  type Ledger,
-  MemoryLedger,
-  PostgresLedger,
-  ProviderLedger,
-  RedisLedger,
-  SqliteLedger,
-} from '../ledger.js';
+import { type Ledger, MemoryLedger } from '../ledger.js';
 import { messageOf, type ServerConfig } from './cli.js';
+import { PostgresLedger } from './ledgers/postgres.js';
+import { ProviderLedger } from './ledgers/provider.js';
+import { RedisLedger } from './ledgers/redis.js';
+import { SqliteLedger } from './ledgers/sqlite.js';
 import { log } from './log.js';
 
 export interface Backends {

@@ -14,7 +14,7 @@ import {
   DEFAULT_RETENTION_MS,
 } from 'mcp-request-idempotency';
 import { DEFAULT_SQLITE_SYNCHRONOUS, type SqliteSynchronous } from 'mcp-request-idempotency/sqlite';
-import { DEFAULT_PROVIDER_TIMEOUT_MS } from '../ledger.js';
+import { DEFAULT_PROVIDER_TIMEOUT_MS } from './ledgers/provider.js';
 import { DEFAULT_LOG_FLUSH_MS } from './log.js';
 
 const STORE_KINDS = ['memory', 'sqlite', 'redis', 'postgres'] as const;
@@ -77,7 +77,7 @@ const USAGE = `Usage: tsx server.ts [options]
   --redis-url URL           default $REDIS_URL, else redis://127.0.0.1:6379
   --redis-cluster URL,URL…  a Redis Cluster instead: some of its nodes' URLs (needs --store redis)
   --redis-prefix P          prefix of every Redis key this server writes (default sep3182:)
-  --provider-url URL        charge a payment provider over HTTP (provider/provider.ts, or any that follows
+  --provider-url URL        charge a payment provider over HTTP (payment-provider/api.ts, or any that follows
                             docs/provider-wire.md), with an Idempotency-Key derived from the MCP call;
                             unset: the in-process ledger, the provider that takes no keys
   --provider-keys derived|none  send the derived key to the provider (default derived), or none,

@@ -1,6 +1,6 @@
 // --- Scenarios 14 and 15: the other hop, the server's call to the payment provider ---
 //
-// provider/provider.ts, a payment API in a process of its own that takes an Idempotency-Key, stands in
+// payment-provider/api.ts, a payment API in a process of its own that takes an Idempotency-Key, stands in
 // for Stripe. Each window is shown twice: with `--provider-keys none` (the server sends no key:
 // the provider that takes no keys, where the window is open) and with the key the guard derives
 // from the MCP call (closed). One provider process serves both scenarios, faulted anew for each call.
@@ -20,7 +20,7 @@ import {
   PROVIDER_IMPLEMENTATIONS,
   type ProviderProcess,
   startProviderProcess,
-} from '../processes/provider.js';
+} from '../processes/payment-provider.js';
 import { startRedis } from '../processes/redis.js';
 import { backendFor, DEMO_REDIS_PREFIX, REDIS_ABSENT } from './backends.js';
 import { errorFrom, expect, heading, say, textOf } from './narration.js';

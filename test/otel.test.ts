@@ -53,7 +53,7 @@ import {
   PROVIDER_IMPLEMENTATIONS,
   type ProviderProcess,
   startProviderProcess,
-} from '../processes/provider.js';
+} from '../processes/payment-provider.js';
 import { decisionCounts, type Scrape, scrape, total } from '../processes/scrape.js';
 import { CALLER_SCOPES, createDemoServer, DEMO_SCOPES } from '../server.js';
 

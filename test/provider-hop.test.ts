@@ -15,14 +15,14 @@ import {
 } from 'mcp-request-idempotency';
 import { callTool, type KeyedToolCall } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ProviderLedger } from '../ledger.js';
+import { ProviderLedger } from '../hosting/ledgers/provider.js';
 import { connectToServer, type ServerConnection } from '../processes/launch.js';
 import {
   PROVIDER_IMPLEMENTATIONS,
   type ProviderImplementation,
   type ProviderProcess,
   startProviderProcess,
-} from '../processes/provider.js';
+} from '../processes/payment-provider.js';
 import { startRedis, uniqueKeyPrefix, waitUntil } from '../processes/redis.js';
 import { connectHttpClient, startHttpInstance } from './support/http.js';
 import { textOf } from './support/sep-cases.js';

@@ -20,7 +20,7 @@ import {
   type ProviderImplementation,
   type ProviderProcess,
   startProviderProcess,
-} from '../processes/provider.js';
+} from '../processes/payment-provider.js';
 import { waitUntil } from '../processes/redis.js';
 import { textOf } from './support/sep-cases.js';
 

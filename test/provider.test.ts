@@ -5,14 +5,14 @@
 // test.
 
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { ERROR_TYPES, startProvider } from '../payment-provider/api.js';
 import {
   PROVIDER_IMPLEMENTATIONS,
   type ProviderProcess,
   type ProviderResult,
   startProviderProcess,
-} from '../processes/provider.js';
+} from '../processes/payment-provider.js';
 import { waitUntil } from '../processes/redis.js';
-import { ERROR_TYPES, startProvider } from '../provider/provider.js';
 
 /** The slow process's latency: long enough that a second request surely arrives mid-charge. */
 const SLOW_LATENCY_MS = 1_500;
@@ -577,11 +577,11 @@ describe.each(PROVIDER_IMPLEMENTATIONS)('the payment provider: $name', ({ comman
   });
 });
 
-describe('provider/provider.ts itself', () => {
+describe('payment-provider/api.ts itself', () => {
   const [tsxProvider] = PROVIDER_IMPLEMENTATIONS;
 
   it('refuses a bad flag with a message that names it', async () => {
-    if (!tsxProvider) throw new Error('PROVIDER_IMPLEMENTATIONS lost provider/provider.ts');
+    if (!tsxProvider) throw new Error('PROVIDER_IMPLEMENTATIONS lost payment-provider/api.ts');
 
     await expect(startProviderProcess([...tsxProvider.command, '--latency-ms', 'soon'])).rejects.toThrow(
       /--latency-ms must be a whole number/,

@@ -14,7 +14,7 @@ import {
   redisKeysOf,
 } from 'mcp-request-idempotency/redis';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { RedisLedger } from '../ledger.js';
+import { RedisLedger } from '../hosting/ledgers/redis.js';
 import {
   commandsDuring as commandsDuringOn,
   REDIS_SKIP_REASON,

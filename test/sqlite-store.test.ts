@@ -21,7 +21,7 @@ import {
 } from 'mcp-request-idempotency';
 import { SqliteIdempotencyStore, type SqliteStoreOptions } from 'mcp-request-idempotency/sqlite';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { SqliteLedger } from '../ledger.js';
+import { SqliteLedger } from '../hosting/ledgers/sqlite.js';
 import { START_TIMEOUT_MS } from '../processes/bounds.js';
 import { waitUntil } from '../processes/redis.js';
 import {

@@ -38,10 +38,10 @@ export interface ProviderImplementation {
 /** Every provider the tests run against. Another implementation of the wire is one more line. */
 export const PROVIDER_IMPLEMENTATIONS: ProviderImplementation[] = [
   {
-    name: 'provider/provider.ts',
-    command: [join(ROOT, 'node_modules', '.bin', 'tsx'), join(ROOT, 'provider', 'provider.ts')],
+    name: 'payment-provider/api.ts',
+    command: [join(ROOT, 'node_modules', '.bin', 'tsx'), join(ROOT, 'payment-provider', 'api.ts')],
   },
-  // Written in Python from docs/provider-wire.md alone, by someone who had not read provider/provider.ts.
+  // Written in Python from docs/provider-wire.md alone, by someone who had not read payment-provider/api.ts.
   {
     name: 'an independent provider in Python',
     command: ['python3', join(ROOT, 'test', 'fixtures', 'provider', 'independent_provider.py')],

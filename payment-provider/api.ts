@@ -7,7 +7,7 @@
 // this one's place. Everything lives in this one process: the balance, the key records, the commit
 // log, the queued faults and the held responses.
 //
-//   npx tsx provider/provider.ts --host 127.0.0.1 --port 0 [--latency-ms N] [--key-retention-seconds N]
+//   npx tsx payment-provider/api.ts --host 127.0.0.1 --port 0 [--latency-ms N] [--key-retention-seconds N]
 //
 // or, embedded: `const provider = await startProvider({ port: 0 })`, then `provider.close()`.
 //
