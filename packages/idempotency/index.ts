@@ -8,11 +8,21 @@
 // @modelcontextprotocol/client 2.x. The OpenTelemetry figures (`/otel`) are on @opentelemetry/api,
 // which a server that does not import them needs not install.
 
+export { IDEMPOTENCY_CAPABILITY } from './core/capability.js';
+export type { Decision, DecisionEvent } from './core/decisions.js';
 export * from './core/errors.js';
 export * from './core/execution.js';
 export * from './core/fingerprint.js';
-export * from './core/guard.js';
+export { createToolCallGuard, type ToolCallGuard } from './core/guard.js';
 export * from './core/key.js';
+export {
+  DEFAULT_AWAITING_INPUT_RETENTION_MS,
+  DEFAULT_LEASE_MS,
+  DEFAULT_PROVIDER_KEY_RETENTION_MS,
+  DEFAULT_RETENTION_MS,
+  type IdempotencyGuardOptions,
+} from './core/options.js';
+export type { Dispatch } from './core/record.js';
 export * from './core/scope.js';
 export * from './stores/claims-in-flight.js';
 export * from './stores/contract.js';

@@ -22,11 +22,7 @@ import { IdempotencyErrorType, idempotencyErrorOf } from '../core/errors.js';
 
 export { advertisesIdempotency } from '../core/capability.js';
 
-/** The stateless protocol revision the SEP is written for. */
-export const MODERN_PROTOCOL_VERSION = '2026-07-28';
-
-/** The last protocol revision with initialize; 2025-era clients still speak it. */
-export const LEGACY_PROTOCOL_VERSION = '2025-11-25';
+export { LEGACY_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSION } from '../core/protocol.js';
 
 // Type aliases, not interfaces: the SDK's typed `request` takes params as a Record.
 export type ToolCall = {

@@ -14,3 +14,6 @@ export function advertisesIdempotency(capabilities: unknown): boolean {
 export function field(value: unknown, name: string): unknown {
   return typeof value === 'object' && value !== null ? Reflect.get(value, name) : undefined;
 }
+
+/** The capability a server advertises: `capabilities.tools.idempotency`, intentionally empty. */
+export const IDEMPOTENCY_CAPABILITY = { idempotency: {} } as const;

@@ -32,9 +32,10 @@ import {
   SpanStatusCode,
   trace,
 } from '@opentelemetry/api';
+import type { Decision, DecisionEvent } from '../core/decisions.js';
 import { IdempotencyErrorType, idempotencyErrorCode } from '../core/errors.js';
 import type { Fingerprint } from '../core/fingerprint.js';
-import type { Decision, DecisionEvent, IdempotencyGuardOptions } from '../core/guard.js';
+import type { IdempotencyGuardOptions } from '../core/options.js';
 import type { Claim, ClaimTicket, IdempotencyStore, RecordId, StoredResponse } from '../stores/contract.js';
 
 /** The instruments, by the names an exporter shows (Prometheus: dots become `_`, counters get `_total`). */

@@ -8,7 +8,8 @@
 // (`v1.ts`, `v2.ts`) says how its line hands over the caller, and proves at start-up that
 // keys still arrive.
 
-import { createToolCallGuard, type IdempotencyGuardOptions } from '../core/guard.js';
+import { createToolCallGuard } from '../core/guard.js';
+import type { IdempotencyGuardOptions } from '../core/options.js';
 import type { Caller } from '../core/scope.js';
 import type { JsonObject } from '../stores/contract.js';
 

@@ -22,7 +22,8 @@ import {
   type ServerRequest,
 } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { IDEMPOTENCY_CAPABILITY, type IdempotencyGuardOptions } from '../core/guard.js';
+import { IDEMPOTENCY_CAPABILITY } from '../core/capability.js';
+import type { IdempotencyGuardOptions } from '../core/options.js';
 import type { Caller } from '../core/scope.js';
 import { MemoryIdempotencyStore } from '../stores/memory.js';
 import { guardToolsCallEntry } from './hook.js';

@@ -8,7 +8,7 @@
 // entry points, `serveStdio` and `createMcpHandler`, dispatch through it.
 //
 // The loud failure: installation throws if the entry moves, and `verifyGuardSeesKeys` (run at
-// start-up by server.ts) refuses to start, in either era, if keys stop arriving.
+// start-up) refuses to start, in either era, if keys stop arriving.
 
 import { Client, InMemoryTransport as ClientInMemoryTransport } from '@modelcontextprotocol/client';
 import {
@@ -19,8 +19,9 @@ import {
 } from '@modelcontextprotocol/server';
 import { serveStdio } from '@modelcontextprotocol/server/stdio';
 import { z } from 'zod';
-import { callTool, LEGACY_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSION } from '../client/client.js';
-import { IDEMPOTENCY_CAPABILITY, type IdempotencyGuardOptions } from '../core/guard.js';
+import { IDEMPOTENCY_CAPABILITY } from '../core/capability.js';
+import type { IdempotencyGuardOptions } from '../core/options.js';
+import { LEGACY_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSION } from '../core/protocol.js';
 import { MemoryIdempotencyStore } from '../stores/memory.js';
 import { type EntryReader, guardToolsCallEntry } from './hook.js';
 
@@ -92,8 +93,10 @@ export async function verifyGuardSeesKeys(
     try {
       await client.connect(clientSide);
       const call = { name: 'probe', arguments: { n: 1 }, idempotencyKey: 'self-check' };
-      await callTool(client, call);
-      await callTool(client, call);
+      // The SDK client's `callTool` has no place for the key; its `request` sends it unchanged.
+      const ask = () => client.request({ method: 'tools/call', params: call });
+      await ask();
+      await ask();
     } finally {
       await client.close();
       await served.close();
