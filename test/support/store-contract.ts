@@ -1,14 +1,16 @@
 // --- The store contract, written once ---
 //
 // Every promise of `IdempotencyStore` (packages/idempotency/stores/contract.ts), as tests that run against
-// every store: the memory store, Redis, a Redis Cluster and Postgres (`test/store-contract.test.ts`).
+// every store: the memory store, Redis, a Redis Cluster, Postgres and SQLite
+// (`test/store-contract.test.ts`).
 // A claim, a replay byte for byte (results and errors), the original fingerprint for a conflict, in
 // progress, the lease and its renewal, release, the continuation of a multi-round-trip call,
 // retention, each caller's quota, the size bound, clear, and scopes kept apart. Each store's own
 // test file keeps only what its backend alone can get wrong (Redis' scripts and key names,
-// Postgres' transactions and liveness, the memory store's insertion order).
+// Postgres' transactions and liveness, SQLite's processes sharing one file, the memory store's
+// insertion order).
 //
-// Where store.ts lets stores differ, the difference is an option of the suite, named below, and
+// Where the contract lets stores differ, the difference is an option of the suite, named below, and
 // the test that depends on it says which way the store goes: no store skips a promise in silence.
 
 import { randomUUID } from 'node:crypto';

@@ -18,7 +18,7 @@
 // What the guard cannot know is the protocol era: the SDK lifts the 2026-07-28 envelope out of the
 // params before the guard sees them, and a 2025 connection's version was negotiated once, at
 // initialize. So the decision counter has no `mcp.protocol.version`; the span the server makes per
-// request can (the demo's does: hosting/telemetry.ts).
+// request can, and should set it there.
 
 import { hash } from 'node:crypto';
 import {
