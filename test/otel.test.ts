@@ -157,7 +157,7 @@ describe('a server with --metrics-port, scraped over HTTP after the SEP cases', 
     expect(
       total(scraped.samples, 'idempotency_unrecorded_total', { gen_ai_tool_name: 'charge_guarded' }),
     ).toBe(1);
-    expect(total(scraped.samples, 'idempotency_failed_closed_total')).toBe(0);
+    expect(total(scraped.samples, 'idempotency_store_unavailable_total')).toBe(0);
   });
 
   it('times each store operation: a claim per keyed call with a valid key, a completion per record, a release for the unrecorded call', () => {
@@ -412,7 +412,7 @@ describe('observeIdempotency, on its own', () => {
       return result;
     }).catch((error: unknown) => idempotencyErrorOf(error)?.type);
     expect([answer, ran]).toStrictEqual([IdempotencyErrorType.storeUnavailable, 0]);
-    expect(await pointsOf(reader, exporter, IdempotencyMetrics.failedClosed)).toStrictEqual([
+    expect(await pointsOf(reader, exporter, IdempotencyMetrics.storeUnavailable)).toStrictEqual([
       { attributes: { 'gen_ai.tool.name': 'charge' }, value: 1 },
     ]);
     const [claim] = await pointsOf(reader, exporter, IdempotencyMetrics.storeOperationDuration);

@@ -46,8 +46,8 @@ export const IdempotencyMetrics = {
   decisionDuration: 'idempotency.decision.duration',
   /** Histogram, `s`: each store operation, by store and operation. */
   storeOperationDuration: 'idempotency.store.operation.duration',
-  /** Counter, `{call}`: keyed calls refused because the store failed (fail closed: nothing ran). */
-  failedClosed: 'idempotency.failed_closed',
+  /** Counter, `{call}`: keyed calls refused because the store failed (`storeUnavailable`: fail closed, nothing ran). */
+  storeUnavailable: 'idempotency.store_unavailable',
   /** Counter, `{call}`: keyed calls that executed and answered, but were not recorded. */
   unrecorded: 'idempotency.unrecorded',
 } as const;
@@ -126,7 +126,7 @@ const NoopMeter = createNoopMeter().constructor;
 class Instruments {
   readonly decisions: Counter;
   readonly decisionDuration: Histogram;
-  readonly failedClosed: Counter;
+  readonly storeUnavailable: Counter;
   readonly unrecorded: Counter;
   readonly storeDuration: Histogram;
 
@@ -140,7 +140,7 @@ class Instruments {
       unit: 's',
       advice: { explicitBucketBoundaries: DECISION_BUCKETS_S },
     });
-    this.failedClosed = meter.createCounter(IdempotencyMetrics.failedClosed, {
+    this.storeUnavailable = meter.createCounter(IdempotencyMetrics.storeUnavailable, {
       description: 'Keyed calls refused, nothing executed, because the idempotency store failed',
       unit: '{call}',
     });
@@ -229,7 +229,7 @@ class DecisionObserver {
     };
     instruments.decisions.add(1, attributes);
     instruments.decisionDuration.record(event.durationMs / 1000, attributes);
-    if (event.decision === 'storeUnavailable') instruments.failedClosed.add(1, perTool);
+    if (event.decision === 'storeUnavailable') instruments.storeUnavailable.add(1, perTool);
     if (event.decision === 'unrecorded') instruments.unrecorded.add(1, perTool);
   }
 }
