@@ -1,0 +1,240 @@
+// SEP-3182's server scenarios (conformance/, in the official suite's own format) run by the suite's
+// own CLI and runner: every check passes against the demo server, the replay rules fail against
+// the demo's tools without the guard, and the checker (packages/checker) reaches the same verdict
+// as the scenarios on every case both cover, on both servers.
+
+import { execFile } from 'node:child_process';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { z } from 'zod';
+import { MemoryLedger } from '../ledger.js';
+import { type HttpInstance, startHttpInstance } from '../processes/launch.js';
+import { type CheckerRun, ROOT, runChecker } from './fixtures/checker/harness.js';
+import { startBareHttpServer } from './support/http.js';
+import { findNode24, INSTALL_TIMEOUT_MS } from './support/node24.js';
+
+const SUITE = join(ROOT, 'node_modules', '@modelcontextprotocol', 'conformance-2026', 'dist', 'index.js');
+const HARNESS = join(ROOT, 'conformance', 'harness', 'register.mjs');
+const SEP_YAML = join(ROOT, 'conformance', 'src', 'seps', 'sep-3182.yaml');
+const SCENARIO = 'tools-call-idempotency';
+
+/** Every charge takes this long, so a duplicate sent 100 ms after its original finds it running. */
+const CHARGE_LATENCY_MS = 400;
+/** Some 45 calls, most of them 400 ms charges, on a machine shared with other jobs. */
+const RUN_TIMEOUT_MS = 150_000;
+
+/** Alice and bob, two callers with every scope but admin: scope per caller needs both. */
+const TOKENS = 'alice:token-a,bob:token-b';
+
+/** What the scenario calls: the demo's charge, its twin for the conflict, and the two callers. */
+const FIXTURE = {
+  tool: 'charge_guarded',
+  // Two members (key order), a number (1.0), a string with a composed character (escapes, NFD).
+  arguments: { amount: 1, note: 'café' },
+  // Every charge is slow on these servers; the demo's schema ignores `note`.
+  slowArguments: { amount: 1 },
+  otherTool: 'charge_unguarded',
+  headers: { Authorization: 'Bearer token-a' },
+  otherCallerHeaders: { Authorization: 'Bearer token-b' },
+};
+
+/** The same call and callers, as the checker's command line says them. */
+const CHECKER_CALL = [
+  ...['--tool', FIXTURE.tool, '--arguments', JSON.stringify(FIXTURE.arguments)],
+  ...['--slow-arguments', JSON.stringify(FIXTURE.slowArguments), '--other-tool', FIXTURE.otherTool],
+  ...['--header', 'Authorization: Bearer token-a', '--other-header', 'Authorization: Bearer token-b'],
+  ...['--timeout-ms', '30000'],
+];
+
+const Checks = z.array(
+  z.object({
+    id: z.string(),
+    status: z.enum(['SUCCESS', 'FAILURE', 'WARNING', 'SKIPPED', 'INFO']),
+    errorMessage: z.string().optional(),
+    details: z.record(z.string(), z.unknown()).optional(),
+  }),
+);
+type Check = z.infer<typeof Checks>[number];
+
+/** Runs the scenario through the suite's own CLI and returns the checks.json it wrote. */
+async function runScenario(node: string, url: URL): Promise<Check[]> {
+  const out = await mkdtemp(join(tmpdir(), 'sep3182-conformance-sep-'));
+  try {
+    const args = ['--import', 'tsx', '--import', HARNESS, SUITE, 'server'];
+    args.push('--url', url.href, '--scenario', SCENARIO, '-o', out);
+    const env = { ...process.env, MCP_CONFORMANCE_SEP_3182_FIXTURE: JSON.stringify(FIXTURE) };
+    // The suite exits 1 when a check fails, which the unguarded server must make it do.
+    const stderr = await new Promise<string>((resolve) =>
+      execFile(node, args, { cwd: ROOT, env, timeout: RUN_TIMEOUT_MS }, (_error, _stdout, err) =>
+        resolve(err),
+      ),
+    );
+    const [results] = await readdir(out);
+    if (results === undefined) throw new Error(`the suite wrote no results: ${stderr}`);
+    return Checks.parse(JSON.parse(await readFile(join(out, results, 'checks.json'), 'utf8')));
+  } finally {
+    await rm(out, { recursive: true, force: true });
+  }
+}
+
+/** The check ids the SEP's traceability file declares, in its order. */
+async function declaredChecks(): Promise<string[]> {
+  const yaml = await readFile(SEP_YAML, 'utf8');
+  return [...yaml.matchAll(/^ {2}- check: (\S+)$/gm)].map((match) => match[1] ?? '');
+}
+
+const notPassed = (checks: Check[]) =>
+  checks.filter((check) => check.status !== 'SUCCESS').map((check) => check.id);
+
+const describeCheck = (check: Check) => `${check.status} ${check.id}: ${check.errorMessage ?? ''}`;
+
+describe('SEP-3182 scenarios through the conformance suite’s own runner', () => {
+  let node: string;
+  let guarded: HttpInstance;
+  let unguarded: { url: URL; close(): Promise<void> };
+  // One run of each per server, shared by the tests below: each run charges that server's ledger,
+  // and the checker must not run on a server while the scenario does.
+  const runs = new Map<string, Promise<Check[]>>();
+  const scenarioOn = (name: 'guarded' | 'unguarded') => {
+    const url = name === 'guarded' ? guarded.url : unguarded.url;
+    const run = runs.get(name) ?? runScenario(node, url);
+    runs.set(name, run);
+    return run;
+  };
+
+  // The first run on Node 20 installs Node 24 into .cache: the hook waits as long as that may take.
+  beforeAll(async () => {
+    [node, guarded, unguarded] = await Promise.all([
+      findNode24(),
+      startHttpInstance(['--charge-latency-ms', String(CHARGE_LATENCY_MS)], { DEMO_BEARER_TOKENS: TOKENS }),
+      // The demo's own tools on the SDK's bare server: the same server, without the guard.
+      startBareHttpServer(new MemoryLedger(CHARGE_LATENCY_MS)),
+    ]);
+  }, INSTALL_TIMEOUT_MS + 30_000);
+  afterAll(async () => {
+    await Promise.all([guarded?.stop(), unguarded?.close()]);
+  });
+
+  test(
+    'against the demo server, every check the SEP file declares runs and passes',
+    async () => {
+      const checks = await scenarioOn('guarded');
+      expect(checks.filter((check) => check.status !== 'SUCCESS').map(describeCheck)).toEqual([]);
+      const emitted = checks.map((check) => check.id).filter((id) => id.startsWith('sep-3182-'));
+      expect(emitted).toEqual(await declaredChecks());
+      // The re-issues after the broken stream met the original still running, then its record.
+      const answers = checks.find((check) => check.id === 'sep-3182-reissue-after-broken-stream')?.details
+        ?.answers;
+      expect(answers).toEqual(
+        expect.arrayContaining(['no answer (stream broken)', 'error -32602 (idempotency_key_in_progress)']),
+      );
+    },
+    RUN_TIMEOUT_MS,
+  );
+
+  test(
+    'against the same tools without the guard, every rule that rests on deduplication fails',
+    async () => {
+      const checks = await scenarioOn('unguarded');
+      expect(notPassed(checks).sort()).toEqual(
+        [
+          'sep-3182-capability-advertised',
+          'sep-3182-replay-not-executed',
+          'sep-3182-replay-identical',
+          'sep-3182-in-progress-not-executed',
+          'sep-3182-in-progress-error',
+          'sep-3182-conflict-other-arguments',
+          'sep-3182-conflict-other-tool',
+          'sep-3182-conflict-error',
+          'sep-3182-equivalence-key-order',
+          'sep-3182-equivalence-whitespace',
+          'sep-3182-equivalence-number-spelling',
+          'sep-3182-equivalence-string-escapes',
+          'sep-3182-equivalence-no-unicode-normalization',
+          'sep-3182-reissue-after-broken-stream',
+        ].sort(),
+      );
+      const reissue = checks.find((check) => check.id === 'sep-3182-reissue-after-broken-stream');
+      expect(reissue?.errorMessage).toMatch(/^2 executions for one call re-issued after its stream broke/);
+      // Without records there is no conflict to read: a missing prerequisite, not a verdict.
+      expect(checks.find((check) => check.id === 'sep-3182-conflict-error')?.errorMessage).toMatch(
+        /^Not testable: /,
+      );
+    },
+    RUN_TIMEOUT_MS,
+  );
+
+  test(
+    'the checker reaches the scenarios’ verdict on every case both cover, on both servers',
+    async () => {
+      for (const name of ['guarded', 'unguarded'] as const) {
+        const checks = await scenarioOn(name);
+        const url = name === 'guarded' ? guarded.url : unguarded.url;
+        const checker = await runChecker(['--url', url.href, ...CHECKER_CALL]);
+        expect(checker.stderr).toBe('');
+        const pairs = Object.entries(CHECKER_RULE).map(([check, rule]) => ({
+          check,
+          rule,
+          scenario: scenarioVerdict(checks.find((c) => c.id === check)),
+          checker: checkerVerdict(checker, rule),
+        }));
+        // Every case is judged on both sides: a renamed rule or check fails here, not silently.
+        const missing = pairs.filter((pair) => pair.scenario === 'missing' || pair.checker === 'missing');
+        expect(missing.map((pair) => `${pair.check} / ${pair.rule}`)).toEqual([]);
+        // A pair per case, each side named, so a disagreement reads as one line.
+        const disagreements = pairs
+          .filter((pair) => pair.scenario !== pair.checker)
+          .map((p) => `${name}: ${p.check} ${p.scenario}, ${p.rule} ${p.checker}`);
+        expect(disagreements).toEqual([]);
+        // Both servers give each verdict at least once: the agreement is not all "holds".
+        if (name === 'unguarded') expect(new Set(pairs.map((pair) => pair.checker))).toContain('broken');
+      }
+    },
+    2 * RUN_TIMEOUT_MS,
+  );
+});
+
+// --- The same cases, as the scenarios and the checker name them ---
+
+/**
+ * Each scenario check and the checker rule that judges the same case. Rules the checker has that
+ * no scenario covers (and any it gains) are not compared; the broken-stream re-issue is the
+ * scenarios' alone.
+ */
+const CHECKER_RULE: Record<string, string> = {
+  'sep-3182-capability-advertised': 'capability.advertised',
+  'sep-3182-no-key-executes': 'no-key.executes-every-time',
+  'sep-3182-new-key-executes': 'new-key.executes',
+  'sep-3182-replay-not-executed': 'replay.not-executed',
+  'sep-3182-replay-identical': 'replay.identical',
+  'sep-3182-in-progress-not-executed': 'in-progress.not-executed',
+  'sep-3182-in-progress-not-blocked': 'in-progress.not-blocked',
+  'sep-3182-in-progress-error': 'in-progress.data',
+  'sep-3182-conflict-other-arguments': 'conflict.other-arguments',
+  'sep-3182-conflict-other-tool': 'conflict.other-tool',
+  'sep-3182-conflict-error': 'conflict.data',
+  'sep-3182-equivalence-key-order': 'equivalence.key-order',
+  'sep-3182-equivalence-whitespace': 'equivalence.whitespace',
+  'sep-3182-equivalence-number-spelling': 'equivalence.number-spelling',
+  'sep-3182-equivalence-string-escapes': 'equivalence.string-escapes',
+  'sep-3182-equivalence-no-unicode-normalization': 'equivalence.no-unicode-normalization',
+  'sep-3182-scope-per-caller': 'scope.per-caller',
+};
+
+/** A verdict both tools can state: the rule held, was broken, or could not be observed. */
+type Verdict = 'holds' | 'broken' | 'unobservable' | 'missing';
+
+function scenarioVerdict(check: Check | undefined): Verdict {
+  if (check === undefined) return 'missing';
+  if (check.status === 'SUCCESS') return 'holds';
+  return check.details?.untestable === true ? 'unobservable' : 'broken';
+}
+
+function checkerVerdict(run: CheckerRun, rule: string): Verdict {
+  const status = run.checks.get(rule)?.status;
+  if (status === undefined) return 'missing';
+  if (status === 'passed') return 'holds';
+  return status === 'failed' || status === 'warned' ? 'broken' : 'unobservable';
+}
