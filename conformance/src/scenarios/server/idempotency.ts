@@ -66,10 +66,14 @@ export interface IdempotencyFixture {
   slowArguments: Record<string, unknown>;
   /** A second tool that accepts the same arguments. */
   otherTool: string;
+  /** Arguments that make the call fail, each failure numbered (a decline count). */
+  errorArguments?: Record<string, unknown>;
   /** Headers of every request (e.g. the caller's Authorization). */
   headers: Record<string, string>;
   /** A second authorized caller's headers; without them scope is not testable. */
   otherCallerHeaders?: Record<string, string>;
+  /** The same caller's credentials that may not call the tool (read-only). */
+  forbiddenHeaders?: Record<string, string>;
 }
 
 export const FIXTURE_ENV = 'MCP_CONFORMANCE_SEP_3182_FIXTURE';
@@ -79,6 +83,7 @@ const DEFAULT_FIXTURE: IdempotencyFixture = {
   arguments: { amount: 1, note: 'café' },
   slowArguments: { amount: 1, note: 'café', delayMs: 600 },
   otherTool: 'test_idempotency_counter_other',
+  errorArguments: { amount: 1, note: 'café', fail: true },
   headers: {}
 };
 
@@ -97,6 +102,8 @@ interface JsonRpcAnswer {
 }
 
 interface Call {
+  /** The HTTP status of the response. */
+  status: number;
   /** The response body (for SSE, the data of the event answering the call). */
   text: string;
   answer?: JsonRpcAnswer;
@@ -159,7 +166,12 @@ class Wire {
     )
       ? (sseDataAnswering(raw, id) ?? raw)
       : raw;
-    return { text, answer: parseAnswer(text), answeredAt: this.now() };
+    return {
+      status: res.status,
+      text,
+      answer: parseAnswer(text),
+      answeredAt: this.now()
+    };
   }
 }
 
@@ -176,7 +188,8 @@ function sseDataAnswering(stream: string, id: number): string | undefined {
 function parseAnswer(text: string): JsonRpcAnswer | undefined {
   try {
     const value: unknown = JSON.parse(text);
-    if (typeof value !== 'object' || value === null) return undefined;
+    if (typeof value !== 'object' || value === null || !('jsonrpc' in value))
+      return undefined;
     return 'result' in value || 'error' in value
       ? (value as JsonRpcAnswer)
       : undefined;
@@ -197,7 +210,9 @@ function errorData(call: Call): { type?: unknown; idempotencyKey?: unknown } {
 }
 
 function describe(call: Call): string {
-  const error = call.answer?.error;
+  if (call.answer === undefined)
+    return `HTTP ${call.status}: ${call.text.slice(0, 120)}`;
+  const error = call.answer.error;
   if (error) {
     const type = errorData(call).type;
     return `error ${error.code}${typeof type === 'string' ? ` (${type})` : ''}`;
@@ -208,18 +223,37 @@ function describe(call: Call): string {
     : `a result showing ${count}`;
 }
 
-/** The last number in the result's text: the fixture's counter. */
-function reading(call: Call): number | undefined {
+/** The text content of a result (an `isError` one included). */
+function resultText(call: Call): string {
   const content = call.answer?.result?.content;
-  if (!Array.isArray(content)) return undefined;
-  const text = content
+  if (!Array.isArray(content)) return '';
+  return content
     .map((item: { type?: unknown; text?: unknown }) =>
       item.type === 'text' && typeof item.text === 'string' ? item.text : ''
     )
     .join(' ');
+}
+
+function lastNumber(text: string): number | undefined {
   const numbers = text.match(/-?\d+(\.\d+)?/g);
   return numbers ? Number(numbers[numbers.length - 1]) : undefined;
 }
+
+/** The last number in the result's text: the fixture's counter. */
+function reading(call: Call): number | undefined {
+  return call.answer?.result ? lastNumber(resultText(call)) : undefined;
+}
+
+/** The number a failure shows (its JSON-RPC message, or an `isError` text). */
+function failureNumber(call: Call): number | undefined {
+  return lastNumber(call.answer?.error?.message ?? resultText(call));
+}
+
+/** Refused: an HTTP error status, a JSON-RPC error, or an `isError` result. */
+const refused = (call: Call) =>
+  call.status >= 400 ||
+  call.answer?.error !== undefined ||
+  call.answer?.result?.isError === true;
 
 // --- Arguments spelled another way (same parsed value), or changed ---
 
@@ -364,6 +398,13 @@ const REQUIREMENTS = {
       "A retry with the same key and arguments gets the original's response, byte for byte but the JSON-RPC id",
     severity: 'FAILURE'
   },
+  errorsReplayed: {
+    id: 'sep-3182-errors-replayed',
+    name: 'IdempotencyErrorsReplayed',
+    description:
+      'A retry of a keyed call that failed gets the stored failure, and the tool does not run again',
+    severity: 'FAILURE'
+  },
   inProgressNotExecuted: {
     id: 'sep-3182-in-progress-not-executed',
     name: 'IdempotencyInProgressNotExecuted',
@@ -443,6 +484,13 @@ const REQUIREMENTS = {
       "Another authorized caller's first use of a key executes: it is not matched against the first caller's record",
     severity: 'FAILURE'
   },
+  authorization: {
+    id: 'sep-3182-authorization-at-replay',
+    name: 'IdempotencyAuthorizationAtReplay',
+    description:
+      'Credentials of the same caller that may not call the tool are refused the stored response, as a first call would be',
+    severity: 'FAILURE'
+  },
   reissue: {
     id: 'sep-3182-reissue-after-broken-stream',
     name: 'IdempotencyReissueAfterBrokenStream',
@@ -470,13 +518,16 @@ export class IdempotencyScenario implements ClientScenario {
   SHOULD be an error at once with \`data.type = "${IN_PROGRESS_TYPE}"\`.
 - The same key with other arguments or another tool: a JSON-RPC error,
   nothing executed, SHOULD carry \`data.type = "${CONFLICT_TYPE}"\`.
-- Records scoped per authorized caller.
+- A failure is stored and replayed like a success.
+- Records scoped per authorized caller, and a replay authorized as a first
+  call would be.
 - A call whose response stream broke, re-issued with a new request id and the
   same key (2026-07-28), executes once in all.
 
 **Required fixture tools** (or name your own in \`${FIXTURE_ENV}\`):
 - \`${DEFAULT_FIXTURE.tool}\` — adds \`amount\` to a counter and returns text
-  ending with the new value; \`delayMs\` holds the call that long.
+  ending with the new value; \`delayMs\` holds the call that long; \`fail\`
+  makes it fail with a message ending with a count of its failures.
 - \`${DEFAULT_FIXTURE.otherTool}\` — the same, on the same counter.`;
 
   async run(ctx: RunContext): Promise<ConformanceCheck[]> {
@@ -526,6 +577,7 @@ export class IdempotencyScenario implements ClientScenario {
     const replay = await cases.replay();
     await judge(REQUIREMENTS.replayNotExecuted, async () => replay.notExecuted);
     await judge(REQUIREMENTS.replayIdentical, async () => replay.identical);
+    await judge(REQUIREMENTS.errorsReplayed, () => cases.errorsReplayed());
     const inProgress = await cases.inProgress();
     await judge(
       REQUIREMENTS.inProgressNotExecuted,
@@ -583,6 +635,9 @@ export class IdempotencyScenario implements ClientScenario {
       async () => normalization.verdict
     );
     await judge(REQUIREMENTS.scope, () => cases.otherCaller());
+    await judge(REQUIREMENTS.authorization, () =>
+      cases.authorizationAtReplay(replay.notExecuted.error === undefined)
+    );
     await judge(REQUIREMENTS.reissue, () => cases.reissueAfterBrokenStream());
     return checks;
   }
@@ -633,9 +688,16 @@ class IdempotencyCases {
     return a === undefined || b === undefined ? undefined : (b - a) / this.step;
   }
 
+  /** Any call may execute: the counter no longer stands where the last probe left it. */
+  private call(spec?: CallSpec): Promise<Call> {
+    this.standing = undefined;
+    return this.wire.call(spec);
+  }
+
   private async probe(): Promise<Call> {
-    this.standing = await this.wire.call();
-    return this.standing;
+    const probe = await this.call();
+    this.standing = probe;
+    return probe;
   }
 
   private async before(): Promise<Call> {
@@ -650,7 +712,7 @@ class IdempotencyCases {
   }
 
   async baseline(): Promise<{ verdict: Verdict }> {
-    const first = await this.wire.call();
+    const first = await this.call();
     const second = await this.probe();
     const a = reading(first);
     const b = reading(second);
@@ -667,7 +729,7 @@ class IdempotencyCases {
   async newKeys(): Promise<Verdict> {
     let prior = await this.before();
     for (const key of [crypto.randomUUID(), crypto.randomUUID()]) {
-      const call = await this.wire.call({ key });
+      const call = await this.call({ key });
       const n = this.executions(prior, call);
       if (n !== 1)
         return {
@@ -682,8 +744,8 @@ class IdempotencyCases {
   async replay(): Promise<{ notExecuted: Verdict; identical: Verdict }> {
     const key = crypto.randomUUID();
     const before = await this.before();
-    const original = await this.wire.call({ key });
-    const retry = await this.wire.call({ key });
+    const original = await this.call({ key });
+    const retry = await this.call({ key });
     const n = await this.executionsSince(before);
     const details = { original: original.text, retry: retry.text };
     const identical = withoutId(original) === withoutId(retry);
@@ -707,6 +769,47 @@ class IdempotencyCases {
     };
   }
 
+  /** A keyed failure, its retry, then two unkeyed failures: their own count. */
+  async errorsReplayed(): Promise<Verdict> {
+    const failing = this.fixture.errorArguments;
+    if (failing === undefined)
+      return {
+        untestable: `a call that fails (errorArguments in ${FIXTURE_ENV})`
+      };
+    const argumentsText = JSON.stringify(failing);
+    const key = crypto.randomUUID();
+    const first = await this.call({ key, argumentsText });
+    if (isResult(first))
+      return { untestable: `errorArguments did not fail: ${describe(first)}` };
+    const retry = await this.call({ key, argumentsText });
+    const unkeyed = await this.call({ argumentsText });
+    const again = await this.call({ argumentsText });
+    await this.probe();
+    const details = {
+      original: first.text,
+      retry: retry.text,
+      unkeyed: [unkeyed.text, again.text]
+    };
+    const [f, a, b] = [first, unkeyed, again].map(failureNumber);
+    if (f === undefined || a === undefined || b === undefined || a === b)
+      return {
+        untestable: `failures without a key are alike (${describe(unkeyed)}): a stored failure cannot be told from a fresh one`,
+        details
+      };
+    const executions = (a - f) / (b - a);
+    if (withoutId(retry) !== withoutId(first))
+      return {
+        error: `the retry got another answer: ${retry.text} after ${first.text}`,
+        details
+      };
+    return executions === 1
+      ? { details }
+      : {
+          error: `the stored failure came back, yet ${executions - 1} more executions happened`,
+          details
+        };
+  }
+
   async inProgress(): Promise<{
     notExecuted: Verdict;
     notBlocked: Verdict;
@@ -715,11 +818,11 @@ class IdempotencyCases {
     const key = crypto.randomUUID();
     const argumentsText = JSON.stringify(this.fixture.slowArguments);
     const before = await this.before();
-    const originalCall = this.wire.call({ key, argumentsText });
+    const originalCall = this.call({ key, argumentsText });
     await sleep(DUPLICATE_DELAY_MS);
-    const duplicate = await this.wire.call({ key, argumentsText });
+    const duplicate = await this.call({ key, argumentsText });
     const original = await originalCall;
-    const after = await this.wire.call({ key, argumentsText });
+    const after = await this.call({ key, argumentsText });
     const n = await this.executionsSince(before);
     const details = {
       original: original.text,
@@ -773,8 +876,8 @@ class IdempotencyCases {
     if (retry === undefined) return { verdict: { untestable } };
     const key = crypto.randomUUID();
     const before = await this.before();
-    const original = await this.wire.call({ key });
-    const rejected = await this.wire.call({ ...retry, key });
+    const original = await this.call({ key });
+    const rejected = await this.call({ ...retry, key });
     const n = await this.executionsSince(before);
     const details = { original: original.text, conflicting: rejected.text };
     if (!isResult(original))
@@ -812,8 +915,8 @@ class IdempotencyCases {
   async equivalent(argumentsText: string): Promise<Verdict> {
     const key = crypto.randomUUID();
     const before = await this.before();
-    const original = await this.wire.call({ key });
-    const retry = await this.wire.call({ key, argumentsText });
+    const original = await this.call({ key });
+    const retry = await this.call({ key, argumentsText });
     const n = await this.executionsSince(before);
     const details = {
       sent: argumentsText,
@@ -840,13 +943,13 @@ class IdempotencyCases {
         untestable: `a second caller's credentials (otherCallerHeaders in ${FIXTURE_ENV})`
       };
     const key = crypto.randomUUID();
-    const original = await this.wire.call({ key });
-    const fresh = await this.wire.call({ key: crypto.randomUUID(), headers });
+    const original = await this.call({ key });
+    const fresh = await this.call({ key: crypto.randomUUID(), headers });
     if (!isResult(fresh))
       return {
         untestable: `the second caller may not call the tool: ${describe(fresh)}`
       };
-    const second = await this.wire.call({ key, headers });
+    const second = await this.call({ key, headers });
     await this.probe();
     const details = { original: original.text, otherCaller: second.text };
     const type = errorData(second).type;
@@ -874,6 +977,63 @@ class IdempotencyCases {
   }
 
   /**
+   * A replay is authorized at replay time: credentials that may not call the
+   * tool are refused, the record untouched. `replays` says whether this
+   * server was seen to replay at all (no replay, nothing to authorize).
+   */
+  async authorizationAtReplay(replays: boolean): Promise<Verdict> {
+    const forbidden = this.fixture.forbiddenHeaders;
+    if (forbidden === undefined)
+      return {
+        untestable: `credentials of the same caller that may not call the tool (forbiddenHeaders in ${FIXTURE_ENV})`
+      };
+    const fresh = await this.call({
+      key: crypto.randomUUID(),
+      headers: forbidden
+    });
+    if (!refused(fresh))
+      return {
+        untestable: `the forbiddenHeaders credentials may call the tool: a first call got ${describe(fresh)}`
+      };
+    const key = crypto.randomUUID();
+    const original = await this.call({ key });
+    const replayed = await this.call({ key, headers: forbidden });
+    const retry = await this.call({ key });
+    await this.probe();
+    const details = {
+      firstCall: fresh.text,
+      original: original.text,
+      forbidden: replayed.text,
+      retry: retry.text
+    };
+    const stored = resultText(original);
+    if (!refused(replayed))
+      return {
+        error:
+          withoutId(replayed) === withoutId(original)
+            ? `the stored response went to credentials that may not call the tool: ${replayed.text}`
+            : `not refused: ${describe(replayed)}`,
+        details
+      };
+    if (stored !== '' && replayed.text.includes(stored))
+      return {
+        error: `refused, but the refusal carries the stored response: ${replayed.text}`,
+        details
+      };
+    if (withoutId(retry) !== withoutId(original))
+      return replays
+        ? {
+            error: `after the refused call, the caller's retry got ${describe(retry)}, not the stored ${describe(original)}`,
+            details
+          }
+        : {
+            untestable: `no replay to authorize: the server does not replay a keyed retry (${describe(retry)} after ${describe(original)})`,
+            details
+          };
+    return { details };
+  }
+
+  /**
    * 2026-07-28: "a broken response stream loses the in-flight request; clients
    * MUST re-issue it as a new request with a new request ID". The re-issue
    * carries the same key; until the original is recorded it may be told "in
@@ -893,7 +1053,7 @@ class IdempotencyCases {
     const answers = [await broken];
     let reissue: Call | undefined;
     for (let i = 0; i < MAX_REISSUES; i++) {
-      reissue = await this.wire.call({ key, argumentsText });
+      reissue = await this.call({ key, argumentsText });
       answers.push(describe(reissue));
       if (errorData(reissue).type !== IN_PROGRESS_TYPE) break;
       await sleep(REISSUE_INTERVAL_MS);
