@@ -20,9 +20,12 @@ const HARNESS = join(ROOT, 'conformance', 'harness', 'register.mjs');
 const SEP_YAML = join(ROOT, 'conformance', 'src', 'seps', 'sep-3182.yaml');
 const SCENARIO = 'tools-call-idempotency';
 
-/** Every charge takes this long, so a duplicate sent 100 ms after its original finds it running. */
-const CHARGE_LATENCY_MS = 400;
-/** Some 45 calls, most of them 400 ms charges, on a machine shared with other jobs. */
+/**
+ * Every charge takes this long, so a duplicate sent 100 ms after its original, and a stream broken
+ * 200 ms after it was sent, find the original running.
+ */
+const CHARGE_LATENCY_MS = 600;
+/** Some 45 calls, most of them 600 ms charges, on a machine shared with other jobs. */
 const RUN_TIMEOUT_MS = 150_000;
 
 /**
