@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { z } from 'zod';
+import { withScenarios } from '../conformance/harness/hooks.mjs';
 import { MemoryLedger } from '../ledger.js';
 import { type HttpInstance, startHttpInstance } from '../processes/launch.js';
 import { type CheckerRun, ROOT, runChecker, startFixtureHttp } from './fixtures/checker/harness.js';
@@ -246,6 +247,20 @@ describe('SEP-3182 scenarios through the conformance suite’s own runner', () =
     },
     2 * RUN_TIMEOUT_MS,
   );
+});
+
+describe('the harness that registers the scenario in the published runner', () => {
+  test('finds each piece of the bundle it needs once, and stops naming the piece that moved', async () => {
+    const bundle = await readFile(SUITE, 'utf8');
+    const patched = withScenarios(bundle);
+    expect(patched).toContain('import{IdempotencyScenario as __Sep3182Scenario}');
+    expect(patched).toMatch(
+      /export\{\w+ as buildStandardHeaders,\w+ as withRequestMeta,\w+ as untestableCheck\};\n$/,
+    );
+    // A release that renames the listing's message (and so hides the map) never runs without the scenario.
+    const moved = bundle.replace('Server scenarios (test against a server):', 'Server scenarios:');
+    expect(() => withScenarios(moved)).toThrow(/the server scenario listing found 0 times/);
+  });
 });
 
 // --- The same cases, as the scenarios and the checker name them ---

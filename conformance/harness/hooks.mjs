@@ -34,8 +34,11 @@ export async function load(url, context, next) {
   return { ...loaded, source: withScenarios(String(loaded.source)), shortCircuit: true };
 }
 
-/** The bundle's source with the scenarios imported, registered, and the helpers exported. */
-function withScenarios(source) {
+/**
+ * The bundle's source with the scenario imported and registered, and the helpers exported. Exported
+ * for the test that shows it refusing a bundle it cannot read.
+ */
+export function withScenarios(source) {
   const one = (what, pattern) => {
     const found = [...source.matchAll(pattern)];
     if (found.length !== 1)
