@@ -19,6 +19,8 @@ import { findNode24, INSTALL_TIMEOUT_MS } from './support/node24.js';
 const SUITE = join(ROOT, 'node_modules', '@modelcontextprotocol', 'conformance-2026', 'dist', 'index.js');
 const HARNESS = join(ROOT, 'conformance', 'harness', 'register.mjs');
 const SEP_YAML = join(ROOT, 'conformance', 'src', 'seps', 'sep-3182.yaml');
+/** The suite's baseline for the demo: the one check it cannot give a prerequisite for. */
+const DEMO_BASELINE = join(ROOT, 'conformance', 'harness', 'demo-expected-failures.yml');
 const SCENARIO = 'tools-call-idempotency';
 
 /**
@@ -73,22 +75,33 @@ const Checks = z.array(
 );
 type Check = z.infer<typeof Checks>[number];
 
-/** Runs the scenario through the suite's own CLI and returns the checks.json it wrote. */
-async function runScenario(node: string, url: URL, fixture: object = FIXTURE): Promise<Check[]> {
+interface SuiteRun {
+  checks: Check[];
+  /** The suite's exit status: 0 when every check passed, or failed only as the baseline expects. */
+  code: number | null;
+  stdout: string;
+}
+
+/** Runs the scenario through the suite's own CLI, with `extra` arguments, and reads its checks.json. */
+async function runScenario(node: string, url: URL, fixture: object, extra: string[] = []): Promise<SuiteRun> {
   const out = await mkdtemp(join(tmpdir(), 'sep3182-conformance-sep-'));
   try {
     const args = ['--import', 'tsx', '--import', HARNESS, SUITE, 'server'];
-    args.push('--url', url.href, '--scenario', SCENARIO, '-o', out);
+    args.push('--url', url.href, '--scenario', SCENARIO, '-o', out, ...extra);
     const env = { ...process.env, MCP_CONFORMANCE_SEP_3182_FIXTURE: JSON.stringify(fixture) };
-    // The suite exits 1 when a check fails, which the unguarded server must make it do.
-    const stderr = await new Promise<string>((resolve) =>
-      execFile(node, args, { cwd: ROOT, env, timeout: RUN_TIMEOUT_MS }, (_error, _stdout, err) =>
-        resolve(err),
+    const { code, stdout, stderr } = await new Promise<{
+      code: number | null;
+      stdout: string;
+      stderr: string;
+    }>((resolve) =>
+      execFile(node, args, { cwd: ROOT, env, timeout: RUN_TIMEOUT_MS }, (error, stdout, stderr) =>
+        resolve({ code: error ? (typeof error.code === 'number' ? error.code : null) : 0, stdout, stderr }),
       ),
     );
     const [results] = await readdir(out);
     if (results === undefined) throw new Error(`the suite wrote no results: ${stderr}`);
-    return Checks.parse(JSON.parse(await readFile(join(out, results, 'checks.json'), 'utf8')));
+    const checks = Checks.parse(JSON.parse(await readFile(join(out, results, 'checks.json'), 'utf8')));
+    return { checks, code, stdout };
   } finally {
     await rm(out, { recursive: true, force: true });
   }
@@ -111,13 +124,18 @@ describe('SEP-3182 scenarios through the conformance suite’s own runner', () =
   let unguarded: { url: URL; close(): Promise<void> };
   // One run of each per server, shared by the tests below: each run charges that server's ledger,
   // and the checker must not run on a server while the scenario does.
-  const runs = new Map<string, Promise<Check[]>>();
-  const scenarioOn = (name: 'guarded' | 'unguarded') => {
-    const url = name === 'guarded' ? guarded.url : unguarded.url;
-    const run = runs.get(name) ?? runScenario(node, url);
+  // The demo's run carries its baseline; the unguarded server's carries none, so every failure counts.
+  const runs = new Map<string, Promise<SuiteRun>>();
+  const suiteOn = (name: 'guarded' | 'unguarded') => {
+    const run =
+      runs.get(name) ??
+      (name === 'guarded'
+        ? runScenario(node, guarded.url, FIXTURE, ['--expected-failures', DEMO_BASELINE])
+        : runScenario(node, unguarded.url, FIXTURE));
     runs.set(name, run);
     return run;
   };
+  const scenarioOn = async (name: 'guarded' | 'unguarded') => (await suiteOn(name)).checks;
 
   // The first run on Node 20 installs Node 24 into .cache: the hook waits as long as that may take.
   beforeAll(async () => {
@@ -135,7 +153,10 @@ describe('SEP-3182 scenarios through the conformance suite’s own runner', () =
   test(
     'against the demo server, every check the SEP file declares runs, and each the demo can show passes',
     async () => {
-      const checks = await scenarioOn('guarded');
+      const { checks, code, stdout } = await suiteOn('guarded');
+      // The suite's own verdict: nothing failed but what the demo's baseline expects.
+      expect(stdout).toContain('Baseline check passed: all failures are expected.');
+      expect(code).toBe(0);
       const untestable = checks.filter((check) => check.details?.untestable === true);
       expect(untestable.map((check) => check.id)).toEqual(NOT_TESTABLE_ON_THE_DEMO);
       expect(untestable[0]?.errorMessage).toMatch(/^Not testable: failures without a key are alike/);
@@ -156,7 +177,8 @@ describe('SEP-3182 scenarios through the conformance suite’s own runner', () =
   test(
     'against the same tools without the guard, every rule that rests on deduplication fails',
     async () => {
-      const checks = await scenarioOn('unguarded');
+      const { checks, code } = await suiteOn('unguarded');
+      expect(code).toBe(1);
       expect(notPassed(checks).sort()).toEqual(
         [
           'sep-3182-capability-advertised',
@@ -192,7 +214,7 @@ describe('SEP-3182 scenarios through the conformance suite’s own runner', () =
     async () => {
       const server = await startFixtureHttp('replays-unauthorized.ts');
       try {
-        const checks = await runScenario(node, new URL(server.url), {
+        const { checks } = await runScenario(node, new URL(server.url), {
           tool: 'charge',
           arguments: { amount: 1, note: 'café' },
           slowArguments: { amount: 1, slow: true },
