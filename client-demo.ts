@@ -310,7 +310,7 @@ async function runSepScenarios(): Promise<void> {
   }
 }
 
-/** Scenarios 8 to 20: another SDK line, backends, the provider hop, the agent frameworks. */
+/** Scenarios 8 to 19: another SDK line, backends, the provider hop, the agent frameworks. */
 async function runFurtherScenarios(): Promise<void> {
   await v1ClientSameDeduplication();
   await runScaleOutScenarios(everyScenarioMustRun());
@@ -341,7 +341,7 @@ async function main(): Promise<void> {
   printTable(tour === 'sep' ? 'every expectation' : 'one line per scenario');
   if (tour === 'sep')
     say(
-      'Scenarios 8 to 20 (a v1 client, Redis, Postgres and SQLite, the payment provider, agent frameworks): npm run demo:all',
+      'Scenarios 8 to 19 (a v1 client, Redis, Postgres and SQLite, the payment provider, agent frameworks): npm run demo:all',
     );
   process.exitCode = everyExpectationHeld() ? 0 : 1;
 }
