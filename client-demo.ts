@@ -338,7 +338,7 @@ async function main(): Promise<void> {
     await runSepScenarios();
     if (tour === 'all') await runFurtherScenarios();
   }
-  printTable(tour === 'sep' ? 'every expectation' : 'one line per scenario');
+  printTable(tour === 'all' ? 'one line per scenario' : 'every expectation');
   if (tour === 'sep')
     say(
       'Scenarios 8 to 19 (a v1 client, Redis, Postgres and SQLite, the payment provider, agent frameworks): npm run demo:all',
