@@ -131,8 +131,8 @@ export interface ToolRegistry {
 
 /** The demo's tools, with no idempotency logic in any of them. */
 export function registerDemoTools(tools: ToolRegistry, ledger: Ledger, store: IdempotencyStore): void {
-  // Same body for both charge tools, as in the Python prototype. The provider's own key is passed
-  // along as with any payment SDK; the guard's execution context derives it from the MCP call.
+  // One body for both charge tools, as in the Python prototype: they differ only in how the demo
+  // calls them (with a key, without). The provider's key, derived from the MCP call's, goes along.
   const charge = async ({ amount }: { amount: number }) => {
     const balance = await ledger.charge(amount, { idempotencyKey: providerKey('charge') });
     return {
@@ -140,30 +140,22 @@ export function registerDemoTools(tools: ToolRegistry, ledger: Ledger, store: Id
       structuredContent: { charged: amount, balance },
     };
   };
-  const chargeAnnotations = { readOnlyHint: false, idempotentHint: false, openWorldHint: true };
-
-  tools.withAmount(
-    'charge_guarded',
-    {
-      description: 'Charge an amount. The demo always calls this tool with an idempotencyKey.',
-      scope: DEMO_SCOPES.charge,
-      inputSchema: chargeInput,
-      outputSchema: chargeOutput,
-      annotations: chargeAnnotations,
-    },
-    charge,
-  );
-  tools.withAmount(
-    'charge_unguarded',
-    {
-      description: 'Charge an amount. Same body as charge_guarded; the demo calls it without a key.',
-      scope: DEMO_SCOPES.charge,
-      inputSchema: chargeInput,
-      outputSchema: chargeOutput,
-      annotations: chargeAnnotations,
-    },
-    charge,
-  );
+  for (const [name, description] of Object.entries({
+    charge_guarded: 'Charge an amount. The demo always calls this tool with an idempotencyKey.',
+    charge_unguarded: 'Charge an amount. Same body as charge_guarded; the demo calls it without a key.',
+  })) {
+    tools.withAmount(
+      name,
+      {
+        description,
+        scope: DEMO_SCOPES.charge,
+        inputSchema: chargeInput,
+        outputSchema: chargeOutput,
+        annotations: { readOnlyHint: false, idempotentHint: false, openWorldHint: true },
+      },
+      charge,
+    );
+  }
   tools.withoutArguments(
     'reset_ledger',
     {

@@ -3,26 +3,17 @@
 // The idempotency store and the ledger a charge mutates, opened from the command line's choice:
 // memory, a SQLite file, Redis (or a Redis Cluster), Postgres, or a payment provider over HTTP. A
 // store that does not answer at start-up is one line for the operator: where, why, and what to do.
+// Each backend's client (pg, the Redis client, better-sqlite3) loads only when it is chosen: a
+// server on the memory store reads none of them.
 
 import {
   type IdempotencyStore,
   MemoryIdempotencyStore,
   StoreUnavailableError,
 } from 'mcp-request-idempotency';
-import { PostgresIdempotencyStore } from 'mcp-request-idempotency/postgres';
-import {
-  closeRedis,
-  connectRedis,
-  connectRedisCluster,
-  RedisIdempotencyStore,
-} from 'mcp-request-idempotency/redis';
-import { SqliteIdempotencyStore } from 'mcp-request-idempotency/sqlite';
 import { type Ledger, MemoryLedger } from '../ledger.js';
 import { messageOf, type ServerConfig } from './cli.js';
-import { PostgresLedger } from './ledgers/postgres.js';
 import { ProviderLedger } from './ledgers/provider.js';
-import { RedisLedger } from './ledgers/redis.js';
-import { SqliteLedger } from './ledgers/sqlite.js';
 import { log } from './log.js';
 
 export interface Backends {
@@ -64,6 +55,10 @@ async function openStoreAndLedger(config: ServerConfig): Promise<Backends> {
     };
   }
   if (config.store === 'sqlite') {
+    const [{ SqliteIdempotencyStore }, { SqliteLedger }] = await Promise.all([
+      import('mcp-request-idempotency/sqlite'),
+      import('./ledgers/sqlite.js'),
+    ]);
     const store = await SqliteIdempotencyStore.open(config.sqlitePath ?? '', {
       synchronous: config.sqliteSynchronous,
       maxRecordsPerScope: config.maxRecordsPerCaller,
@@ -81,6 +76,10 @@ async function openStoreAndLedger(config: ServerConfig): Promise<Backends> {
     }
   }
   if (config.store === 'postgres') {
+    const [{ PostgresIdempotencyStore }, { PostgresLedger }] = await Promise.all([
+      import('mcp-request-idempotency/postgres'),
+      import('./ledgers/postgres.js'),
+    ]);
     const store = await PostgresIdempotencyStore.connect(config.postgresUrl ?? '', {
       tablePrefix: `${config.postgresPrefix}idem_`,
       maxRecordsPerScope: config.maxRecordsPerCaller,
@@ -96,6 +95,8 @@ async function openStoreAndLedger(config: ServerConfig): Promise<Backends> {
       close: () => store.close(),
     };
   }
+  const [{ closeRedis, connectRedis, connectRedisCluster, RedisIdempotencyStore }, { RedisLedger }] =
+    await Promise.all([import('mcp-request-idempotency/redis'), import('./ledgers/redis.js')]);
   // Until connected, each failed attempt is the same error: the start-up failure names the
   // first, once, rather than the log repeating it for every retry.
   let connecting = true;

@@ -11,14 +11,10 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { context, propagation, type Span, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
-import { OTLPMetricExporter } from '@opentelemetry/exporter-metrics-otlp-http';
-import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
-import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
-import { detectResources, envDetector, resourceFromAttributes } from '@opentelemetry/resources';
-import { MeterProvider, type MetricReader, PeriodicExportingMetricReader } from '@opentelemetry/sdk-metrics';
-import { BatchSpanProcessor, NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
+import type { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
+import type { MetricReader } from '@opentelemetry/sdk-metrics';
 import type { Request, RequestHandler } from 'express';
-import { observeIdempotency } from 'mcp-request-idempotency/otel';
+import type { observeIdempotency } from 'mcp-request-idempotency/otel';
 import type { ServerConfig } from './cli.js';
 import { log } from './log.js';
 
@@ -55,6 +51,32 @@ export async function startTelemetry(
     env.OTEL_SDK_DISABLED !== 'true' &&
     env[`OTEL_${signal}_EXPORTER`] !== 'none' &&
     Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT || env[`OTEL_EXPORTER_OTLP_${signal}_ENDPOINT`]);
+  const traces = wanted('TRACES');
+  if (config.metricsPort === undefined && !wanted('METRICS') && !traces)
+    return { observe: (options) => options, close: async () => {} };
+
+  // The SDK, its exporters and the guard's instruments load only now: a server that asked for no
+  // telemetry never reads them (the API alone, above, is the no-op every library may import).
+  const [
+    { OTLPMetricExporter },
+    { PrometheusExporter },
+    { OTLPTraceExporter },
+    resources,
+    metrics,
+    tracing,
+    otel,
+  ] = await Promise.all([
+    import('@opentelemetry/exporter-metrics-otlp-http'),
+    import('@opentelemetry/exporter-prometheus'),
+    import('@opentelemetry/exporter-trace-otlp-http'),
+    import('@opentelemetry/resources'),
+    import('@opentelemetry/sdk-metrics'),
+    import('@opentelemetry/sdk-trace-node'),
+    import('mcp-request-idempotency/otel'),
+  ]);
+  const { detectResources, envDetector, resourceFromAttributes } = resources;
+  const { MeterProvider, PeriodicExportingMetricReader } = metrics;
+  const { BatchSpanProcessor, NodeTracerProvider } = tracing;
   const prometheus =
     config.metricsPort === undefined ? undefined : new PrometheusExporter({ preventServerStart: true });
   const readers: MetricReader[] = [];
@@ -68,8 +90,6 @@ export async function startTelemetry(
       }),
     );
   }
-  const traces = wanted('TRACES');
-  if (readers.length === 0 && !traces) return { observe: (options) => options, close: async () => {} };
 
   // The service's name and version, which OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override.
   // No process or host detectors: their attributes (the command line, the user) are the server's own.
@@ -92,7 +112,7 @@ export async function startTelemetry(
   if (metricsUrl) log({ event: 'metrics', url: metricsUrl.href });
   return {
     // Without a meter provider the guard's decisions still mark the spans.
-    observe: (options) => observeIdempotency(options, { meterProvider, storeName: config.store }),
+    observe: (options) => otel.observeIdempotency(options, { meterProvider, storeName: config.store }),
     requestSpans: tracerProvider && mcpRequestSpans,
     metricsUrl,
     close: async () => {

@@ -29,6 +29,9 @@ export async function backendFor<T>(
   required = everyScenarioMustRun(),
 ): Promise<T | undefined> {
   let backend: T | undefined;
+  // A private server can take seconds to start: say what the demo is waiting for.
+  say();
+  say(`${scenarios}: looking for their backend, or starting a private one…`);
   try {
     backend = await start();
   } catch (error) {

@@ -37,12 +37,26 @@ export function sayAttempt(a: Attempt): void {
   say(`  attempt ${a.attempt} at ${Math.round(a.elapsedMs)} ms: ${a.outcome}`);
 }
 
-export function printTable(): void {
+/**
+ * The closing table: every expectation (the SEP's own story, a screenful), or, for the full tour,
+ * one line per scenario with its count, and under it only the expectations that failed.
+ */
+export function printTable(detail: 'every expectation' | 'one line per scenario'): void {
   say();
-  say('== Expectations');
+  say(detail === 'every expectation' ? '== Expectations' : '== Summary: every scenario');
   const width = Math.max(...expectations.map((e) => e.scenario.length));
-  for (const e of expectations)
-    say(`  ${e.passed ? '✓' : '✗'}  ${e.scenario.padEnd(width)}  ${e.expectation}`);
+  const mark = (passed: boolean) => (passed ? '✓' : '✗');
+  if (detail === 'every expectation') {
+    for (const e of expectations) say(`  ${mark(e.passed)}  ${e.scenario.padEnd(width)}  ${e.expectation}`);
+  } else {
+    // In the order the scenarios ran (Node 20 has no Map.groupBy).
+    for (const scenario of new Set(expectations.map((e) => e.scenario))) {
+      const ofIt = expectations.filter((e) => e.scenario === scenario);
+      const held = ofIt.filter((e) => e.passed).length;
+      say(`  ${mark(held === ofIt.length)}  ${scenario.padEnd(width)}  ${held} of ${ofIt.length} held`);
+      for (const e of ofIt.filter((e) => !e.passed)) say(`       ✗ ${e.expectation} (${e.observed})`);
+    }
+  }
   const failed = expectations.filter((e) => !e.passed).length;
   // Since this process began: the whole demo, its servers' start-ups included.
   const took = `in ${Math.round(performance.now() / 1000)} s`;

@@ -101,6 +101,29 @@ describe('the key of a tool call', () => {
   });
 });
 
+describe('the AI SDK key, one chat, one generateText({ prompt }) per turn', () => {
+  // The set-up the docs give: one thread for the chat, no history sent, a provider that numbers
+  // its tool-call ids per response. Each turn's messages are its prompt alone, one message long.
+  const turn = (prompt: string) => options('call_0', [{ role: 'user', content: prompt }]);
+
+  it('gives two turns that each charge their own key: the second executes, it is not the first replayed', async () => {
+    const transport = transportWithIdempotencyKeys(new RecordingTransport());
+    const tools = withIdempotencyKeys({ charge: mcpTool(transport, 'charge') }, { thread: 'chat-1' });
+    await tools.charge.execute({ amount: 100 }, turn('Charge 100 for order A.'));
+    await tools.charge.execute({ amount: 100 }, turn('Charge 100 for order B.'));
+    expect(new Set(transport.keys()).size).toBe(2);
+  });
+
+  it('keeps the one key when the same turn is sent again (its retry)', async () => {
+    const transport = transportWithIdempotencyKeys(new RecordingTransport());
+    const tools = withIdempotencyKeys({ charge: mcpTool(transport, 'charge') }, { thread: 'chat-1' });
+    await tools.charge.execute({ amount: 100 }, turn('Charge 100 for order A.'));
+    await tools.charge.execute({ amount: 100 }, turn('Charge 100 for order A.'));
+    expect(transport.keys()).toHaveLength(2);
+    expect(new Set(transport.keys()).size).toBe(1);
+  });
+});
+
 describe('the tools/call the key goes on', () => {
   it('is only the one the tool call sends: another call made while it runs goes without it', async () => {
     const transport = transportWithIdempotencyKeys(new RecordingTransport());

@@ -15,7 +15,7 @@ import { type HttpInstance, startHttpInstance } from './support/http.js';
 import { findNode24, INSTALL_TIMEOUT_MS } from './support/node24.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-const CLI = join(ROOT, 'node_modules', '@modelcontextprotocol', 'conformance', 'dist', 'index.js');
+const CLI = join(ROOT, 'interop', 'node_modules', '@modelcontextprotocol', 'conformance', 'dist', 'index.js');
 const run = promisify(execFile);
 
 const SCENARIOS = ['server-initialize', 'ping', 'tools-list', 'dns-rebinding-protection'];
@@ -44,7 +44,15 @@ describe('the MCP conformance suite against stateless HTTP', () => {
 
 // --- The 2026-07-28 server scenarios ---
 
-const CLI_2026 = join(ROOT, 'node_modules', '@modelcontextprotocol', 'conformance-2026', 'dist', 'index.js');
+const CLI_2026 = join(
+  ROOT,
+  'interop',
+  'node_modules',
+  '@modelcontextprotocol',
+  'conformance-2026',
+  'dist',
+  'index.js',
+);
 
 /** The suite's own bound on one scenario; the slowest here, server-stateless, takes about 3 s. */
 const SCENARIO_TIMEOUT_MS = 30_000;

@@ -2,6 +2,7 @@
 // are installed but fail at once (stand-ins on PATH, ahead of any real ones) fail `npm run demo`
 // with their own errors; a Redis that is not installed fails `--scale`, which has nothing else to
 // show. `--scale` runs only the scenarios that need a backend (9–11 on Redis, 16 on Postgres).
+// The default demo, the SEP's own story, needs none of them.
 
 import { execFile } from 'node:child_process';
 import { chmod, mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
@@ -35,9 +36,9 @@ afterAll(async () => {
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 
-function demo(path: string): Promise<{ code: number | null; stdout: string }> {
+function demo(path: string, args = ['--scale']): Promise<{ code: number | null; stdout: string }> {
   const { REDIS_URL: _redis, DATABASE_URL: _postgres, CI: _ci, ...env } = process.env;
-  const argv = ['--import', 'tsx', join(ROOT, 'client-demo.ts'), '--scale'];
+  const argv = ['--import', 'tsx', join(ROOT, 'client-demo.ts'), ...args];
   return new Promise((resolve) => {
     execFile(
       process.execPath,
@@ -80,6 +81,24 @@ describe('the demo, when Redis is not installed', () => {
       expect(stdout).toMatch(
         /✗ +Scenarios 9–11 \(scale-out on Redis\) +ran \(every scenario must run here\)/,
       );
+    },
+    START_TIMEOUT_MS * 2,
+  );
+});
+
+describe('the default demo, on a machine with no backend installed', () => {
+  it(
+    "tells the SEP's story alone (scenarios 0 to 7), says what it starts first, and ends naming the full tour",
+    async () => {
+      const { code, stdout } = await demo(nodeOnly, []);
+      expect(code).toBe(0);
+      const starting = stdout.indexOf('Starting server.ts three times on the memory store');
+      expect(starting).toBeGreaterThan(-1);
+      expect(starting).toBeLessThan(stdout.indexOf('== Scenario 0: discovery'));
+      expect(stdout).toContain('== Scenario 7: a broken response stream');
+      expect(stdout).not.toContain('== Scenario 8');
+      expect(stdout).toMatch(/All 20 expectations held, in \d+ s\.\n/);
+      expect(stdout.trimEnd().split('\n').at(-1)).toMatch(/^Scenarios 8 to 19 \(.*\): npm run demo:all$/);
     },
     START_TIMEOUT_MS * 2,
   );

@@ -344,11 +344,12 @@ describe('hand-written HTTP requests (fetch), no MCP client at all', () => {
 
 // --- The MCP Inspector CLI ---
 
-const INSPECTOR = process.env.SEP3182_INSPECTOR ?? join(ROOT, 'node_modules', '.bin', 'mcp-inspector');
+const INSPECTOR =
+  process.env.SEP3182_INSPECTOR ?? join(ROOT, 'interop', 'node_modules', '.bin', 'mcp-inspector');
 const inspectorFound = existsSync(INSPECTOR);
 if (!inspectorFound) {
   console.warn(
-    `MCP Inspector tests skipped: ${INSPECTOR} not found (install the @modelcontextprotocol/inspector devDependency, or set SEP3182_INSPECTOR)`,
+    `MCP Inspector tests skipped: ${INSPECTOR} not found (npm ci --prefix interop installs it, or set SEP3182_INSPECTOR)`,
   );
 }
 

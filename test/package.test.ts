@@ -91,9 +91,6 @@ beforeAll(async () => {
     'pg',
     '@types/pg',
     'zod',
-    // The LangChain adapter builds its middleware with langchain's own createMiddleware.
-    'langchain',
-    '@langchain/core',
     'typescript',
     '@types/node',
   ].map(pinned);

@@ -9,6 +9,7 @@
 // the key of its tool call), and the MCP client takes a `fetch` in its HTTP transport options or
 // any transport object (the wire wrappers write the key in). Nothing here imports the AI SDK.
 
+import { fingerprintToolCall } from '../core/fingerprint.js';
 import { type AgentToolCall, type ExecutableTool, type Warn, withKeyedExecutions } from './call.js';
 
 export { fetchWithIdempotencyKeys, transportWithIdempotencyKeys, type WireOptions } from './wire.js';
@@ -16,7 +17,7 @@ export { fetchWithIdempotencyKeys, transportWithIdempotencyKeys, type WireOption
 /** What the AI SDK gives a tool's `execute`, as far as the key needs it. */
 interface ExecutionOptions {
   toolCallId: string;
-  /** What was sent to the model for the response that issued the call: its position is their count. */
+  /** What was sent to the model for the response that issued the call (the prompt, the history). */
   messages: readonly unknown[];
 }
 
@@ -33,10 +34,10 @@ export interface AiSdkKeyOptions {
 }
 
 /**
- * The MCP tools, each `execute` run with its tool call's key: derived from `thread`, the position
- * of the model's response in the conversation, the tool's name and the `toolCallId`. Wrap what
- * `mcpClient.tools()` returned, and give that client `fetchWithIdempotencyKeys()` (or wrap its
- * transport): only then does the key reach the server. Tools of other kinds are not for this:
+ * The MCP tools, each `execute` run with its tool call's key: derived from `thread`, what was
+ * sent to the model for the response that issued the call, the tool's name and the `toolCallId`.
+ * Wrap what `mcpClient.tools()` returned, and give that client `fetchWithIdempotencyKeys()` (or
+ * wrap its transport): only then does the key reach the server. Tools of other kinds are not for this:
  * only a call of an MCP tool has a tools/call to key.
  */
 export function withIdempotencyKeys<TOOLS extends { [K in keyof TOOLS]: ExecutableTool<ExecutionOptions> }>(
@@ -47,10 +48,22 @@ export function withIdempotencyKeys<TOOLS extends { [K in keyof TOOLS]: Executab
     tools,
     (tool, options: ExecutionOptions): AgentToolCall => ({
       thread,
-      response: String(options.messages.length),
+      response: responseOf(options.messages),
       tool,
       toolCallId: options.toolCallId,
     }),
     onWarning,
   );
+}
+
+/**
+ * The model's response, told apart by what was sent to it: the AI SDK gives the tool no id of the
+ * response. Its count alone is not enough: each `generateText({ prompt })` sends one message, so
+ * two turns of one chat would share a key and the second charge would replay the first's answer.
+ * A digest of the messages (RFC 8785, as the guard's fingerprint) is the same when the same turn
+ * is sent again, and differs with any other prompt or history. (Their count, should they not be JSON.)
+ */
+function responseOf(messages: readonly unknown[]): string {
+  const digest = fingerprintToolCall('messages sent to the model', messages);
+  return digest.ok ? digest.fingerprint : String(messages.length);
 }

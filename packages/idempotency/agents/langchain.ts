@@ -9,9 +9,9 @@
 //
 // The hooks it offers: a middleware around each tool call (`idempotencyKeyMiddleware`, which runs
 // the call of an MCP tool with its key), and the MCP client the adapters are given
-// (`loadMcpTools(name, client)`), whose transport or fetch the wire wrappers wrap.
+// (`loadMcpTools(name, client)`), whose transport or fetch the wire wrappers wrap. Nothing here
+// imports LangChain: the middleware is the plain object `createMiddleware` would return.
 
-import { createMiddleware } from 'langchain';
 import { field } from '../core/capability.js';
 import { type AgentToolCall, onceEach, runWithToolCallKey, type Warn } from './call.js';
 
@@ -28,6 +28,19 @@ export interface LangChainKeyOptions {
   onWarning?: Warn;
 }
 
+/** What LangChain gives `wrapToolCall`, as far as the key needs it. */
+interface ToolCallRequest {
+  toolCall: { name: string; id?: string | undefined };
+  state: { messages: readonly unknown[] };
+  runtime: { configurable?: { thread_id?: string | undefined } | undefined };
+}
+
+/**
+ * LangChain's mark of a middleware, as `createMiddleware` sets it: a registered symbol, so every
+ * copy of `langchain` reads the same one.
+ */
+const MIDDLEWARE_BRAND = Symbol.for('AgentMiddleware');
+
 /**
  * Keys every call of the MCP `tools`: the key is derived from the thread (`thread_id`, if the run
  * has one), the id of the model's response that issued the call, the tool's name and the tool
@@ -38,11 +51,15 @@ export interface LangChainKeyOptions {
 export function idempotencyKeyMiddleware({ tools, onWarning }: LangChainKeyOptions) {
   const mcpTools = new Set(tools.map((tool) => tool.name));
   const warn = onceEach(onWarning);
-  return createMiddleware({
+  return {
+    [MIDDLEWARE_BRAND]: true,
     name: 'IdempotencyKeyMiddleware',
-    wrapToolCall: (request, handler) => {
+    wrapToolCall: <Request extends ToolCallRequest, Result>(
+      request: Request,
+      handler: (request: Request) => Result | Promise<Result>,
+    ): Promise<Result> => {
       const { toolCall } = request;
-      if (!mcpTools.has(toolCall.name) || toolCall.id === undefined) return handler(request);
+      if (!mcpTools.has(toolCall.name) || toolCall.id === undefined) return Promise.resolve(handler(request));
       const call: AgentToolCall = {
         thread: request.runtime.configurable?.thread_id ?? '',
         response: responseIssuing(request.state.messages, toolCall.id),
@@ -51,7 +68,7 @@ export function idempotencyKeyMiddleware({ tools, onWarning }: LangChainKeyOptio
       };
       return runWithToolCallKey(call, async () => handler(request), warn);
     },
-  });
+  };
 }
 
 /**

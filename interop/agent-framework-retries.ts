@@ -7,9 +7,9 @@
 
 import { toolRetryMiddleware } from 'langchain';
 import { type FaultProxy, startFaultProxy } from '../processes/fault-proxy.js';
-import { CHARGE_CALL, connectLangChainAgent } from '../processes/langchain-agent.js';
 import { balanceOf, connectHttpClient, resetLedger, startHttpInstance } from '../processes/launch.js';
-import { expect, heading, say } from './narration.js';
+import { expect, heading, say } from '../scenarios/narration.js';
+import { CHARGE_CALL, connectLangChainAgent } from './langchain-agent.js';
 
 export async function agentFrameworkRetries(): Promise<void> {
   const s = '18 agent framework retries';

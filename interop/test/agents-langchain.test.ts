@@ -7,12 +7,12 @@ import { Command, interrupt, MemorySaver } from '@langchain/langgraph';
 import { createMiddleware, toolRetryMiddleware } from 'langchain';
 import { checkIdempotencyKey } from 'mcp-request-idempotency';
 import { describe, expect, it } from 'vitest';
-import { MemoryLedger } from '../ledger.js';
-import { startFaultProxy } from '../processes/fault-proxy.js';
-import { balanceThrough, connectLangChainAgent, type Endpoint } from '../processes/langchain-agent.js';
-import { startHttpInstance } from '../processes/launch.js';
-import { agentTestBed, CHARGE_TOOL, chargeKeys } from './support/agents.js';
-import { startBareHttpServer } from './support/http.js';
+import { MemoryLedger } from '../../ledger.js';
+import { startFaultProxy } from '../../processes/fault-proxy.js';
+import { startHttpInstance } from '../../processes/launch.js';
+import { startBareHttpServer } from '../../test/support/http.js';
+import { balanceThrough, connectLangChainAgent, type Endpoint } from '../langchain-agent.js';
+import { agentTestBed, CHARGE_TOOL, chargeKeys } from '../support/agents.js';
 
 const bed = agentTestBed();
 

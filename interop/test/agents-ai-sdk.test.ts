@@ -6,10 +6,10 @@
 
 import { checkIdempotencyKey } from 'mcp-request-idempotency';
 import { describe, expect, it } from 'vitest';
-import { AGENT_RUN_TIMEOUT_MS } from '../processes/bounds.js';
-import { runAgentProcess } from './support/agent-process.js';
-import { agentTestBed, chargeKeys } from './support/agents.js';
-import type { AiSdkResult, AiSdkRun } from './support/ai-sdk-agent.js';
+import { AGENT_RUN_TIMEOUT_MS } from '../../processes/bounds.js';
+import { runAgentProcess } from '../support/agent-process.js';
+import { agentTestBed, chargeKeys } from '../support/agents.js';
+import type { AiSdkResult, AiSdkRun } from '../support/ai-sdk-agent.js';
 
 const bed = agentTestBed({ node24: true });
 const runAiSdk = (run: AiSdkRun) => runAgentProcess<AiSdkResult>(bed.node24(), 'ai-sdk-agent.ts', run);

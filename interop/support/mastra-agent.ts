@@ -4,7 +4,7 @@
 // sentence. With `keyed`, the tools and the server definition's fetch get
 // mcp-request-idempotency/mastra; without, the framework is as it comes.
 //
-// Run on Node 24 by agent-process.ts: `tsx test/support/mastra-agent.ts '<MastraRun as JSON>'`.
+// Run on Node 24 by agent-process.ts: `tsx interop/support/mastra-agent.ts '<MastraRun as JSON>'`.
 // Prints a MastraResult as one JSON line.
 
 import { Agent } from '@mastra/core/agent';

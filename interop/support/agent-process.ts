@@ -22,7 +22,7 @@ export async function runAgentProcess<Result>(
 ): Promise<Result> {
   const child = spawn(
     node,
-    ['--import', 'tsx', join(ROOT, 'test', 'support', script), JSON.stringify(options)],
+    ['--import', 'tsx', join(ROOT, 'interop', 'support', script), JSON.stringify(options)],
     {
       cwd: ROOT,
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -2,7 +2,6 @@
 // its ledger (reset before each test, read with get_balance), and loopback proxies in front of it
 // that lose an answer after the server ran the call and note every tools/call on the wire.
 
-import type { Client } from '@modelcontextprotocol/client';
 import { afterAll, beforeAll, beforeEach } from 'vitest';
 import { type Fault, type FaultProxy, startFaultProxy } from '../../processes/fault-proxy.js';
 import {
@@ -12,7 +11,13 @@ import {
   resetLedger,
   startHttpInstance,
 } from '../../processes/launch.js';
-import { findNode24, INSTALL_TIMEOUT_MS } from './node24.js';
+import { findNode24, INSTALL_TIMEOUT_MS } from '../../test/support/node24.js';
+
+/**
+ * The demo's own MCP client, as processes/launch.ts connects it: named from there, since this
+ * folder's install holds another copy of the SDK (the one Mastra pins).
+ */
+type Client = Awaited<ReturnType<typeof connectHttpClient>>;
 
 /** The tool every agent here is scripted to call: a charge of 100, through the guard. */
 export const CHARGE_TOOL = 'charge_guarded';

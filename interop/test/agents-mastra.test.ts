@@ -6,10 +6,10 @@
 
 import { checkIdempotencyKey } from 'mcp-request-idempotency';
 import { describe, expect, it } from 'vitest';
-import { AGENT_RUN_TIMEOUT_MS } from '../processes/bounds.js';
-import { runAgentProcess } from './support/agent-process.js';
-import { agentTestBed, chargeKeys } from './support/agents.js';
-import type { MastraResult, MastraRun } from './support/mastra-agent.js';
+import { AGENT_RUN_TIMEOUT_MS } from '../../processes/bounds.js';
+import { runAgentProcess } from '../support/agent-process.js';
+import { agentTestBed, chargeKeys } from '../support/agents.js';
+import type { MastraResult, MastraRun } from '../support/mastra-agent.js';
 
 const bed = agentTestBed({ node24: true });
 const runMastra = (run: MastraRun) => runAgentProcess<MastraResult>(bed.node24(), 'mastra-agent.ts', run);

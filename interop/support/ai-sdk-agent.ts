@@ -4,7 +4,7 @@
 // twice (`maxRetries: 2`). With `keyed`, the tools and the client's fetch or transport get
 // mcp-request-idempotency/ai-sdk; without, the framework is as it comes.
 //
-// Run on Node 24 by agent-process.ts: `tsx test/support/ai-sdk-agent.ts '<AiSdkRun as JSON>'`.
+// Run on Node 24 by agent-process.ts: `tsx interop/support/ai-sdk-agent.ts '<AiSdkRun as JSON>'`.
 // Prints an AiSdkResult as one JSON line.
 
 import { join } from 'node:path';

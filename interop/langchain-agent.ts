@@ -20,7 +20,7 @@ import {
   idempotencyKeyMiddleware,
   transportWithIdempotencyKeys,
 } from 'mcp-request-idempotency/langchain';
-import { ROOT } from './launch.js';
+import { ROOT } from '../processes/launch.js';
 
 /** The model's one tool call: its id is the model's, the same on every retry of the call. */
 export const CHARGE_CALL = { name: 'charge_guarded', args: { amount: 100 }, id: 'call_1' };
