@@ -7,12 +7,6 @@
 /** Prefixes become parts of SQL identifiers (at most 63 bytes each): lower case, digits and `_` only. */
 const TABLE_PREFIX_PATTERN = /^[a-z_][a-z0-9_]{0,39}$/;
 
-/**
- * Expired rows a claim deletes as it writes its own: more than it adds, so the table never
- * grows past its live records by much, at a bounded cost per claim.
- */
-const PRUNE_PER_CLAIM = 16;
-
 /** SQLSTATE the settle function raises for a claim that lost its key (PL/pgSQL's no_data_found). */
 export const CLAIM_LOST = 'P0002';
 
@@ -53,13 +47,17 @@ CREATE TABLE IF NOT EXISTS ${p}records (
   resumed_until   timestamptz,
   PRIMARY KEY (scope, idempotency_key)
 );
--- What a claim prunes: its own scope's expired rows, and the oldest of anyone's.
-CREATE INDEX IF NOT EXISTS ${p}records_scope_expiry ON ${p}records (scope, expires_at);
-CREATE INDEX IF NOT EXISTS ${p}records_expiry ON ${p}records (expires_at);
+-- The primary key is the table's only index: the one a lookup needs, and all a claim writes. With
+-- no index on expires_at, settling a claim (which moves its expiry) rewrites no index entry
+-- either, and can be a heap-only update. The reaper finds expired rows by walking the table's
+-- blocks instead (see reap). An earlier version pruned by these two; drop them once no instance
+-- of that version runs, which this migration assumes.
+DROP INDEX IF EXISTS ${p}records_scope_expiry;
+DROP INDEX IF EXISTS ${p}records_expiry;
 
 -- What each scope's rows add up to, expired or not: its quota's count, read by a claim in one
 -- lookup, where counting the rows cost a claim a scan of all its caller's records. Kept by every
--- function below, each under the scope's advisory lock. Created with the counts of the rows already
+-- function below, each under the scope's advisory lock, and by the reaper. Created with the counts of the rows already
 -- there (a table of an earlier version); instances of an earlier version would not keep it.
 DO $usage$ BEGIN
   IF to_regclass('${p}usage') IS NULL THEN
@@ -88,7 +86,8 @@ END
 $count$;
 
 -- Deletes expired rows of one scope, the oldest up to p_limit (all of them if NULL), and
--- uncounts them. The caller holds the scope's advisory lock.
+-- uncounts them. The caller holds the scope's advisory lock. Waits for a row the reaper is
+-- deleting, so the usage it leaves counts no row the reaper has taken.
 CREATE OR REPLACE FUNCTION ${p}prune(p_scope text, p_limit integer)
 RETURNS void
 LANGUAGE plpgsql AS $prune$
@@ -110,11 +109,14 @@ $prune$;
 -- a scope first takes that scope's transaction-level advisory lock, so claims of one scope run
 -- one at a time: of N concurrent claims of one key exactly one finds it free, and the quota
 -- counts what no other claim can add to meanwhile. Every other function that changes a scope's
--- rows or usage takes the same lock, so the usage it reads is exact. A claim prunes other scopes
--- only if their lock is free (pg_try_advisory_xact_lock): it never waits for a second scope,
--- so no two statements can each hold the lock the other waits for. Renew takes no lock: it
--- changes only a live claim's lease, and the FOR UPDATE row lock orders it. Every lock ends with
--- the statement's own transaction: nothing is held across a tool's call.
+-- rows or usage takes the same lock, so no live row is added or dropped behind a claim's back.
+-- The reaper takes none: it deletes only rows that have expired, so the usage a claim reads
+-- counts at least the caller's live rows, never fewer; and before a claim refuses for the quota
+-- it deletes its caller's expired rows itself and reads again, so it refuses only on live rows.
+-- A claim locks no other scope, so no two claims can each hold the lock the other waits for.
+-- Renew takes no lock: it changes only a live claim's lease, and the FOR UPDATE row lock orders
+-- it. Every lock ends with the statement's own transaction: nothing is held across a tool's call.
+-- The claim prunes nothing in the common case: expired rows are the reaper's.
 -- Answers (answer, fingerprint, response): 'claimed'; 'resumed' (a continuation took over an
 -- awaiting-input record); 'quota'; or the live record's state, with its fingerprint and response.
 CREATE OR REPLACE FUNCTION ${p}claim(
@@ -127,17 +129,16 @@ DECLARE
   found_held boolean;
   live boolean;
   lease_end timestamptz := statement_timestamp() + p_lease_ms * interval '1 millisecond';
-  other_scope text;
   live_records bigint;
   live_bytes bigint;
+  pruned integer;
 BEGIN
   ${lockScope('p_scope')}
-  SELECT * INTO held FROM ${p}records r
-    WHERE r.scope = p_scope AND r.idempotency_key = p_key AND r.expires_at > statement_timestamp()
-    FOR UPDATE;
+  -- The key's row, live or not: one that expired and is not reaped yet is taken over like a free key.
+  SELECT * INTO held FROM ${p}records r WHERE r.scope = p_scope AND r.idempotency_key = p_key FOR UPDATE;
   found_held := FOUND;
   -- An in-progress record whose holder session has ended is free: its process died.
-  live := found_held AND (held.state <> 'inProgress' OR EXISTS (
+  live := found_held AND held.expires_at > statement_timestamp() AND (held.state <> 'inProgress' OR EXISTS (
     SELECT 1 FROM pg_stat_activity a
     WHERE a.pid = held.holder_pid AND a.backend_start = held.holder_started));
 
@@ -155,26 +156,22 @@ BEGIN
     RETURN;
   END IF;
 
-  -- This caller's expired rows go, each once, so its usage counts only live ones; then the
-  -- oldest expired rows of a few callers nobody is writing for, so no table keeps what expired.
-  PERFORM ${p}prune(p_scope, NULL);
-  FOR other_scope IN
-    SELECT DISTINCT e.scope FROM (SELECT e.scope FROM ${p}records e WHERE e.expires_at <= statement_timestamp()
-      ORDER BY e.expires_at LIMIT ${PRUNE_PER_CLAIM}) e
-  LOOP
-    IF pg_try_advisory_xact_lock(hashtext('${p}'), hashtext(other_scope)) THEN
-      PERFORM ${p}prune(other_scope, ${PRUNE_PER_CLAIM});
+  -- The caller's quota, without this key's own row (expired, or its holder dead), if it has one.
+  -- The usage counts rows the reaper has not deleted yet: before refusing, this caller's expired
+  -- rows go (this key's among them), and the quota is read again.
+  FOR pruned IN 0 .. 1 LOOP
+    SELECT u.records, u.bytes INTO live_records, live_bytes FROM ${p}usage u WHERE u.scope = p_scope;
+    live_records := coalesce(live_records, 0) - CASE WHEN found_held THEN 1 ELSE 0 END;
+    live_bytes := coalesce(live_bytes, 0) - CASE WHEN found_held THEN held.bytes ELSE 0 END;
+    EXIT WHEN live_records < p_max_records AND live_bytes < p_max_bytes;
+    IF pruned = 1 THEN
+      RETURN QUERY SELECT 'quota', NULL::text, NULL::text;
+      RETURN;
     END IF;
+    PERFORM ${p}prune(p_scope, NULL);
+    SELECT * INTO held FROM ${p}records r WHERE r.scope = p_scope AND r.idempotency_key = p_key FOR UPDATE;
+    found_held := FOUND;
   END LOOP;
-
-  -- The caller's quota, without this key's own row: if one is left, its holder is dead.
-  SELECT u.records, u.bytes INTO live_records, live_bytes FROM ${p}usage u WHERE u.scope = p_scope;
-  live_records := coalesce(live_records, 0) - CASE WHEN found_held THEN 1 ELSE 0 END;
-  live_bytes := coalesce(live_bytes, 0) - CASE WHEN found_held THEN held.bytes ELSE 0 END;
-  IF live_records >= p_max_records OR live_bytes >= p_max_bytes THEN
-    RETURN QUERY SELECT 'quota', NULL::text, NULL::text;
-    RETURN;
-  END IF;
   INSERT INTO ${p}records AS r (scope, idempotency_key, state, fingerprint, expires_at, token,
       holder_pid, holder_started)
     VALUES (p_scope, p_key, 'inProgress', p_fingerprint, lease_end, p_token, p_holder_pid, p_holder_started)
@@ -182,7 +179,7 @@ BEGIN
       fingerprint = EXCLUDED.fingerprint, response = NULL, bytes = 0, expires_at = EXCLUDED.expires_at,
       token = EXCLUDED.token, holder_pid = EXCLUDED.holder_pid, holder_started = EXCLUDED.holder_started,
       resumed_until = NULL;
-  -- A new row, or a dead holder's taken over with its size (a continuation's) let go.
+  -- A new row, or an expired or dead holder's row taken over with its size let go.
   PERFORM ${p}count(p_scope, CASE WHEN found_held THEN 0 ELSE 1 END,
     CASE WHEN found_held THEN -held.bytes ELSE 0 END);
   RETURN QUERY SELECT 'claimed', NULL::text, NULL::text;
@@ -221,8 +218,8 @@ END
 $settle$;
 
 -- Nothing ran: a fresh claim's row goes; a continuation's puts back the awaiting-input record it
--- took over, with that record's own expiry (already passed, it is as good as gone, and the next
--- claim of the scope prunes it). Answers whether the claim still was mine.
+-- took over, with that record's own expiry (already passed, it is as good as gone, and the reaper
+-- deletes it). Answers whether the claim still was mine.
 CREATE OR REPLACE FUNCTION ${p}release(p_scope text, p_key text, p_token uuid)
 RETURNS boolean
 LANGUAGE plpgsql AS $release$
@@ -245,7 +242,45 @@ BEGIN
   END IF;
   RETURN true;
 END
-$release$;`;
+$release$;
+
+-- The reaper: deletes the expired rows in the table's blocks [p_first_block, p_first_block +
+-- p_blocks) and uncounts them; answers how many went, and the block to start the next call at
+-- (0 once the walk has passed the table's end). Run by every instance on a timer, never by a
+-- claim (see the store). A walk by blocks costs each call the same, however large the table and
+-- with no index on expires_at to keep up. Safe with any number of instances: a row another
+-- reaper or a claim has locked is skipped, not waited for (SKIP LOCKED), so no row is uncounted
+-- twice, and the usage rows are updated in scope order, so two reapers never wait for each other.
+CREATE OR REPLACE FUNCTION ${p}reap(p_first_block bigint, p_blocks bigint, OUT reaped bigint, OUT next_block bigint)
+LANGUAGE plpgsql AS $reap$
+DECLARE
+  scopes text[];
+  gone_records bigint[];
+  gone_bytes bigint[];
+BEGIN
+  WITH gone AS (
+    DELETE FROM ${p}records r WHERE r.ctid = ANY (ARRAY(
+      SELECT e.ctid FROM ${p}records e
+        WHERE e.ctid >= format('(%s,0)', p_first_block)::tid
+          AND e.ctid < format('(%s,0)', p_first_block + p_blocks)::tid
+          AND e.expires_at <= statement_timestamp()
+        FOR UPDATE SKIP LOCKED))
+    RETURNING r.scope, r.bytes),
+  per_scope AS (SELECT gone.scope, count(*) AS records, sum(gone.bytes) AS bytes FROM gone GROUP BY gone.scope)
+  SELECT array_agg(s.scope ORDER BY s.scope), array_agg(s.records ORDER BY s.scope),
+      array_agg(s.bytes ORDER BY s.scope)
+    INTO scopes, gone_records, gone_bytes FROM per_scope s;
+  reaped := 0;
+  FOR i IN 1 .. coalesce(array_length(scopes, 1), 0) LOOP
+    PERFORM ${p}count(scopes[i], -gone_records[i], -gone_bytes[i]);
+    reaped := reaped + gone_records[i];
+  END LOOP;
+  next_block := p_first_block + p_blocks;
+  IF next_block * current_setting('block_size')::bigint >= pg_relation_size('${p}records') THEN
+    next_block := 0;
+  END IF;
+END
+$reap$;`;
 }
 
 /** A table prefix Postgres takes as part of an identifier, or a RangeError saying why not. */
@@ -267,6 +302,8 @@ export interface Statements {
   release: string;
   renew: string;
   restamp: string;
+  /** $1 the first block, $2 how many: see the reap function. */
+  reap: string;
   clear: string;
 }
 
@@ -281,6 +318,7 @@ export function statementsOf(p: string): Statements {
     settle: `SELECT ${p}settle($1, $2, $3, $4, $5, $6, $7, false) AS settled`,
     settleOrFail: `SELECT ${p}settle($1, $2, $3, $4, $5, $6, $7, true) AS settled`,
     release: `SELECT ${p}release($1, $2, $3) AS released`,
+    reap: `SELECT reaped, next_block FROM ${p}reap($1, $2)`,
     // $4 the lease in ms; $5, $6 the current liveness session, if any (else the claim keeps its own).
     renew: `UPDATE ${p}records SET expires_at = statement_timestamp() + $4 * interval '1 millisecond',
         holder_pid = coalesce($5, holder_pid), holder_started = coalesce($6::timestamptz, holder_started)

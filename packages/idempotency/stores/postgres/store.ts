@@ -11,10 +11,14 @@
 //              "only if mine"   (1)
 //   renew    = UPDATE "extend its lease only if it is still my claim"   (1, once per third of a lease)
 // A replay, a conflict and an in-progress answer cost one round trip; a first execution two.
-// Expired rows are treated as absent by every statement, and each claim that writes deletes its
-// caller's and a few of anyone's, so nothing sweeps on a timer. A caller's quota is read from one
-// row of its usage, which every function keeps as it writes: a claim costs the same however many
-// records its caller holds (counting them cost a scan of all of them, 1.8 ms at 10,000).
+// Expired rows are treated as absent by every statement. A claim does only what a claim must:
+// take the key atomically and check the caller's quota. Deleting what expired is the reaper's
+// (`reap`, which every instance runs every `reapIntervalMs`, safe with any number of them), so the
+// only index a claim writes is the one a lookup needs. A caller's quota is read from one row of
+// its usage, which every function keeps as it writes: a claim costs the same however many records
+// its caller holds (counting them cost a scan of all of them, 1.8 ms at 10,000). The usage counts
+// expired rows until they are reaped, so a claim about to refuse for the quota deletes its
+// caller's expired rows first and looks again: the quota counts live records only.
 //
 // --- A dead holder is seen at once ---
 // A lease alone makes the retry of a call whose process died wait out the lease (two minutes by
@@ -115,6 +119,20 @@ export const DEFAULT_POSTGRES_CONNECT_TIMEOUT_MS = 2_000;
  */
 export const DEFAULT_POSTGRES_MAX_CONNECTIONS = 10;
 
+/**
+ * How often each instance walks the table for expired rows. Their only cost while they wait is
+ * disk (no statement returns them, and a claim that would refuse for its caller's quota deletes
+ * its caller's first): a minute keeps the table near its live size at one walk of it per minute
+ * per instance.
+ */
+export const DEFAULT_POSTGRES_REAP_INTERVAL_MS = 60_000;
+
+/**
+ * Blocks of the table one reap statement reads (8 KB each, so 8 MB): a few milliseconds of
+ * Postgres' time a statement however large the table, far inside the statement timeout.
+ */
+const REAP_BLOCKS_PER_STATEMENT = 1_024;
+
 /** What `pg_stat_activity.application_name` shows for the store's sessions, for operators. */
 export const DEFAULT_POSTGRES_APPLICATION_NAME = 'sep3182-idempotency';
 
@@ -147,6 +165,8 @@ export interface PostgresConnectOptions {
   applicationName?: string;
   /** Create the table and functions if they are missing (default true); false when migrations run elsewhere. */
   migrate?: boolean;
+  /** How often this instance deletes expired records (see DEFAULT_POSTGRES_REAP_INTERVAL_MS). */
+  reapIntervalMs?: number;
   /**
    * Told about every connection error, including each failed reconnect of the liveness
    * connection. Callers already learn of an outage as a `StoreUnavailableError`; this is for
@@ -198,6 +218,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   private holder: Holder | undefined;
   private livenessClient: pg.Client | undefined;
   private reconnectTimer: NodeJS.Timeout | undefined;
+  private reapTimer: NodeJS.Timeout | undefined;
   private closing = false;
   /** The claims this store holds now (by token), to re-stamp with a new liveness session. */
   private readonly held = new Map<string, RecordId>();
@@ -218,6 +239,10 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       options.statementTimeoutMs ?? DEFAULT_POSTGRES_STATEMENT_TIMEOUT_MS,
     );
     const connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_POSTGRES_CONNECT_TIMEOUT_MS;
+    const reapIntervalMs = positiveInteger(
+      'reapIntervalMs',
+      options.reapIntervalMs ?? DEFAULT_POSTGRES_REAP_INTERVAL_MS,
+    );
     const session = {
       ...config,
       application_name: options.applicationName ?? DEFAULT_POSTGRES_APPLICATION_NAME,
@@ -256,6 +281,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       await store.close();
       throw new StoreUnavailableError(error);
     }
+    store.reapEvery(reapIntervalMs);
     return store;
   }
 
@@ -419,6 +445,38 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     }
   }
 
+  /**
+   * Deletes the expired records in the whole table, one statement per few megabytes of it, and
+   * answers how many went: what every instance does every `reapIntervalMs`. Rejects with
+   * `StoreUnavailableError` if a statement fails; the next walk starts over.
+   */
+  async reap(): Promise<number> {
+    let reaped = 0;
+    let block = 0;
+    try {
+      do {
+        const row = await this.one(this.sql.reap, [block, REAP_BLOCKS_PER_STATEMENT]);
+        reaped += Number(row?.reaped ?? 0);
+        block = Number(row?.next_block ?? 0);
+      } while (block > 0 && !this.closing);
+    } catch (error) {
+      throw new StoreUnavailableError(error);
+    }
+    return reaped;
+  }
+
+  /** Reaps every `intervalMs`, one walk at a time, until the store closes; failures go to `onError`. */
+  private reapEvery(intervalMs: number): void {
+    if (this.closing) return;
+    this.reapTimer = setTimeout(() => {
+      this.reap()
+        .catch(this.options.onError)
+        .finally(() => this.reapEvery(intervalMs));
+    }, intervalMs);
+    // The reaper alone must not keep a server's process alive.
+    this.reapTimer.unref();
+  }
+
   /** Creates the schema if it is missing (what `connect` does unless told `migrate: false`). */
   async migrate(): Promise<void> {
     try {
@@ -435,6 +493,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   async close(): Promise<void> {
     this.closing = true;
     clearTimeout(this.reconnectTimer);
+    clearTimeout(this.reapTimer);
     this.holder = undefined;
     const liveness = this.livenessClient;
     this.livenessClient = undefined;
