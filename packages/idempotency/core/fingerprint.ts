@@ -20,7 +20,8 @@ export function fingerprintToolCall(name: unknown, args: unknown): FingerprintRe
   let canonical: string | undefined;
   try {
     // SEP: an absent `arguments` is the same request as `{}`.
-    canonical = canonicalize([name, args === undefined ? {} : args], new Set());
+    const value = [name, args === undefined ? {} : args];
+    canonical = nativelyCanonical(value) ?? canonicalize(value, new Set());
   } catch (error) {
     // JSON.parse turns 1e400 into Infinity, which RFC 8785 cannot write; and very deep
     // nesting can exhaust the stack. Neither can be compared, so neither may be keyed.
@@ -45,6 +46,73 @@ export function fingerprintToolCall(name: unknown, args: unknown): FingerprintRe
 //   - Strings and numbers as ECMAScript's JSON.stringify writes them, which is what RFC 8785
 //     specifies; a string with a lone surrogate and a non-finite number are refused.
 //   - `undefined` and symbol members are left out; in arrays they are written as null.
+
+// --- The common case, written by JSON.stringify itself ---
+//
+// JSON.stringify writes strings and numbers exactly as RFC 8785 does; what it does not do is sort
+// members. Given an array of property names, though, it writes every object's members in that
+// array's order: so for a value made only of plain objects, arrays, finite numbers, well-formed
+// strings, booleans and null, JSON.stringify(value, sortedNamesOfAllItsObjects) is its canonical
+// form, at native speed (the fingerprint of 100 KB of arguments, measured side by side: 1.3 to 1.5
+// × SHA-256 of a bare JSON.stringify, where the writer below took 2.3 ×, and a one-pass writer in
+// JavaScript 1.7 ×). One walk checks that the value is such a value and gathers the names;
+// anything else is left to the full writer, which refuses or writes it exactly as the
+// `canonicalize` package does.
+
+/**
+ * Names past this many make the native writer look each one up on every object: the full
+ * writer's cost grows with the members there are, not with the names times the objects.
+ */
+const MAX_NATIVE_NAMES = 64;
+
+/** Deeper than arguments are nested in practice, and short of any stack. */
+const MAX_NATIVE_DEPTH = 64;
+
+/** The canonical form of `value` if JSON.stringify can write it (see above), else undefined. */
+function nativelyCanonical(value: unknown): string | undefined {
+  // A `toJSON` somebody put on every object or array would be called by both writers, differently.
+  if ('toJSON' in Object.prototype || 'toJSON' in Array.prototype) return undefined;
+  const names = new Set<string>();
+  if (!isNativelyWritten(value, names, 0) || names.size > MAX_NATIVE_NAMES) return undefined;
+  // The default sort compares UTF-16 code units, RFC 8785's order.
+  return JSON.stringify(value, [...names].sort());
+}
+
+/** Whether JSON.stringify writes `value` as RFC 8785 does, given its objects' names (gathered into `names`). */
+function isNativelyWritten(value: unknown, names: Set<string>, depth: number): boolean {
+  switch (typeof value) {
+    case 'string':
+      return value.isWellFormed();
+    case 'number':
+      return Number.isFinite(value);
+    case 'boolean':
+      return true;
+    case 'object':
+      break;
+    default:
+      return false;
+  }
+  if (value === null) return true;
+  if (depth > MAX_NATIVE_DEPTH) return false;
+  if (Array.isArray(value)) {
+    // A hole, or an undefined the full writer turns into null, fails as not natively written.
+    for (let i = 0; i < value.length; i++) if (!isNativelyWritten(value[i], names, depth + 1)) return false;
+    return true;
+  }
+  if (Object.getPrototypeOf(value) !== Object.prototype) return false;
+  const keys = Object.keys(value);
+  // JSON.stringify reads a listed name whether or not it is enumerable; the full writer, only if it is.
+  if (Object.getOwnPropertyNames(value).length !== keys.length) return false;
+  for (const key of keys) {
+    // `__proto__` read on an object without it of its own is Object.prototype, an object.
+    if (key === '__proto__' || !key.isWellFormed()) return false;
+    if (!isNativelyWritten(Reflect.get(value, key), names, depth + 1)) return false;
+    names.add(key);
+  }
+  return true;
+}
+
+// --- The full writer ---
 
 /**
  * A string with none of these is written as it is, in quotes; any other goes through
