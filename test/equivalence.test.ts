@@ -223,6 +223,26 @@ describe('the fingerprint', () => {
     );
   });
 
+  it('is the same on large arguments, whose members out of order JSON.stringify writes in the order of their names', () => {
+    const name = fc.constantFrom('b', 'a', '10', '9', 'A', 'é', 'toString', 'constructor', '\ud83d\ude00');
+    // Members of their own without objects, so that the names stay few enough for the names path.
+    const member = fc.oneof(fc.integer(), fc.double(), fc.string({ unit: 'binary' }), fc.array(fc.boolean()));
+    const large = fc
+      .array(fc.dictionary(name, member, { minKeys: 2, maxKeys: 8 }), {
+        minLength: 60,
+        maxLength: 120,
+      })
+      .map((items): unknown => JSON.parse(JSON.stringify(items)));
+    fc.assert(
+      fc.property(large, (args) => {
+        const canonical = canonicalize(['t', args]) ?? '';
+        const fingerprint = createHash('sha256').update(canonical).digest('base64url');
+        expect(fingerprintToolCall('t', args)).toStrictEqual({ ok: true, fingerprint });
+      }),
+      { numRuns: 200 },
+    );
+  });
+
   // Values JSON.parse never makes, which the native writer would write otherwise: each is left to
   // the full writer, and comes out as the package writes it.
   it.each([
@@ -232,7 +252,7 @@ describe('the fingerprint', () => {
     ],
     [
       'objects with more names than the native writer is given',
-      () => Array.from({ length: 100 }, (_, i) => ({ [`k${i}`]: i, z: [i] })),
+      () => Array.from({ length: 300 }, (_, i) => ({ z: [i], [`k${i}`]: i })),
     ],
     [
       'nesting deeper than the native writer goes',
