@@ -1,7 +1,7 @@
 // --- What the SEP-3182 guard costs: `npm run bench` ---
 //
 //   npm run bench               the full run, a few minutes on a 2-core machine
-//   npm run bench -- --quick    a smoke run (CI), about a minute and a half on a busy 2-core machine;
+//   npm run bench -- --quick    a smoke run (CI), 60 to 90 s on a busy 2-core machine;
 //                               its figures are rough, so its verdicts read "not judged"
 //
 // One question per file (transports, guard-alone, otel, redis, postgres, sqlite, memory, scaling,
