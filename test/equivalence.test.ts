@@ -189,6 +189,10 @@ describe('the fingerprint', () => {
           '"\\ud800"',
           '{"10":1,"9":2,"a":3,"A":4}',
           '{"__proto__":{"x":1}}',
+          '{"toString":1,"b":{"constructor":2,"a":{}}}',
+          '[{"sku":"A","qty":1,"price":2.5},{"price":1,"sku":"B"}]',
+          '{"é":1,"e":2,"\\ud83d\\ude00":3,"ﬀ":4}',
+          '{"a":{"b":{"c":{"d":{"e":{"f":{"g":{"h":{"i":{"j":[[[[[[[[[[1]]]]]]]]]]}}}}}}}}}}',
         ),
       ),
     )
@@ -217,6 +221,67 @@ describe('the fingerprint', () => {
       }),
       { numRuns: 2_000 },
     );
+  });
+
+  it('is the same on large arguments, whose members out of order JSON.stringify writes in the order of their names', () => {
+    const name = fc.constantFrom('b', 'a', '10', '9', 'A', 'é', 'toString', 'constructor', '\ud83d\ude00');
+    // Members of their own without objects, so that the names stay few enough for the names path.
+    const member = fc.oneof(fc.integer(), fc.double(), fc.string({ unit: 'binary' }), fc.array(fc.boolean()));
+    const large = fc
+      .array(fc.dictionary(name, member, { minKeys: 2, maxKeys: 8 }), {
+        minLength: 60,
+        maxLength: 120,
+      })
+      .map((items): unknown => JSON.parse(JSON.stringify(items)));
+    fc.assert(
+      fc.property(large, (args) => {
+        const canonical = canonicalize(['t', args]) ?? '';
+        const fingerprint = createHash('sha256').update(canonical).digest('base64url');
+        expect(fingerprintToolCall('t', args)).toStrictEqual({ ok: true, fingerprint });
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  // Values JSON.parse never makes, which the native writer would write otherwise: each is left to
+  // the full writer, and comes out as the package writes it.
+  it.each([
+    [
+      'an object with a member that is not enumerable, named enumerable in another',
+      () => [{ b: 0 }, Object.defineProperty({ a: 1 }, 'b', { value: 2 })],
+    ],
+    [
+      'objects with more names than the native writer is given',
+      () => Array.from({ length: 300 }, (_, i) => ({ z: [i], [`k${i}`]: i })),
+    ],
+    [
+      'nesting deeper than the native writer goes',
+      () => Array.from({ length: 80 }).reduce<unknown>((inner) => ({ inner, a: 1 }), null),
+    ],
+    [
+      'an object made by a class',
+      () =>
+        new (class Point {
+          y = 2;
+          x = 1;
+        })(),
+    ],
+    [
+      'an array with a hole and an undefined',
+      () => {
+        const items: unknown[] = [1];
+        items[2] = undefined; // items[1] is a hole
+        items[3] = { b: undefined, a: 1 };
+        return items;
+      },
+    ],
+  ])('writes %s exactly as the canonicalize package does', (_, make) => {
+    const args = make();
+    const canonical = canonicalize(['t', args]) ?? '';
+    expect(fingerprintToolCall('t', args)).toStrictEqual({
+      ok: true,
+      fingerprint: createHash('sha256').update(canonical).digest('base64url'),
+    });
   });
 });
 

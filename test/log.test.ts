@@ -40,11 +40,33 @@ describe('decision lines, batched', () => {
     expect(each).toStrictEqual(['a\n', 'b\n']);
 
     const flood: string[] = [];
-    const bounded = new BatchedLines(60_000, (text) => flood.push(text), 10);
+    const bounded = new BatchedLines(60_000, (text) => flood.push(text), 2);
     bounded.add('12345');
     expect(flood).toStrictEqual([]);
     bounded.add('67890');
     expect(flood).toStrictEqual(['12345\n67890\n']);
+  });
+
+  it('formats each entry only as its batch is written, not as it is added', () => {
+    const writes: string[] = [];
+    const formatted: number[] = [];
+    const lines = new BatchedLines(
+      60_000,
+      (text) => writes.push(text),
+      256,
+      (n: number) => {
+        formatted.push(n);
+        return `line ${n}`;
+      },
+    );
+    lines.add(1);
+    lines.add(2);
+    expect(formatted).toStrictEqual([]);
+
+    lines.flush();
+
+    expect(formatted).toStrictEqual([1, 2]);
+    expect(writes).toStrictEqual(['line 1\nline 2\n']);
   });
 
   it('writes what is pending when the process exits, and keeps other lines after it', async () => {

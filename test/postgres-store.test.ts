@@ -1,8 +1,9 @@
 // The Postgres store against a real Postgres: what only Postgres can get wrong. The store contract
 // every store keeps (claims, replays, leases, retention, continuations, quotas) is
-// test/store-contract.test.ts; here, a tool's writes in its record's transaction, each caller's
-// usage row, the statements each decision costs, a claim whose process died freed at once, records
-// kept across a restart of Postgres itself, and failing closed when Postgres is down or frozen.
+// test/store-contract.test.ts; here, a tool's writes in its record's transaction, expired records
+// reaped off the claim path, each caller's usage row, the statements each decision costs, a claim
+// whose process died freed at once, records kept across a restart of Postgres itself, and failing
+// closed when Postgres is down or frozen.
 
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -211,17 +212,97 @@ describe.skipIf(!postgres)("a tool's writes in its record's transaction", () => 
   });
 });
 
-describe.skipIf(!postgres)('retention', () => {
-  it('deletes expired rows as later claims write, so the table does not grow with dead records', async () => {
-    const store = await openStore();
-    const scope = `prune-${randomUUID()}`;
-    for (let i = 0; i < 5; i++) await store.complete(await claimTicket(store, newId(scope)), RESULT, 1);
+describe.skipIf(!postgres)('retention: expired records are reaped, never by a claim', () => {
+  const rowsOf = async (scope: string) => {
+    const { rows } = await server().admin.query<{ idempotency_key: string }>(
+      `SELECT idempotency_key FROM ${records} WHERE scope = $1`,
+      [scope],
+    );
+    return rows.map((row) => row.idempotency_key);
+  };
+  const completeFor = async (store: PostgresIdempotencyStore, id: RecordId, retentionMs: number) =>
+    store.complete(await claimTicket(store, id), RESULT, retentionMs);
+
+  it('deletes expired records on its own, with no claim to come, and keeps the live ones', async () => {
+    const store = await openStore({ reapIntervalMs: 50 });
+    const scope = `reaped-${randomUUID()}`;
+    for (let i = 0; i < 5; i++) await completeFor(store, newId(scope), 1);
+    const kept = newId(scope);
+    await completeFor(store, kept, RETENTION_MS);
+
+    await waitUntil(async () => (await rowsOf(scope)).length === 1);
+
+    expect(await rowsOf(scope)).toStrictEqual([kept.idempotencyKey]);
+    expect((await store.claim(kept, FINGERPRINT, LEASE_MS)).state).toBe('completed');
+  });
+
+  it('leaves expired records to the reaper: a claim that writes deletes none', async () => {
+    const store = await openStore({ reapIntervalMs: 3_600_000 });
+    const scope = `unreaped-${randomUUID()}`;
+    await completeFor(store, newId(scope), 1);
     await new Promise((resolve) => setTimeout(resolve, 20));
 
-    await claimTicket(store, newId());
+    await claimTicket(store, newId(scope));
 
-    const { rows } = await server().admin.query(`SELECT 1 FROM ${records} WHERE scope = $1`, [scope]);
-    expect(rows).toHaveLength(0);
+    expect(await rowsOf(scope)).toHaveLength(2);
+  });
+
+  it('counts only live records against the quota while the reaper has not come by yet', async () => {
+    const store = await openStore({ maxRecordsPerScope: 2, reapIntervalMs: 3_600_000 });
+    const scope = `quota-unreaped-${randomUUID()}`;
+    await completeFor(store, newId(scope), SHORT_MS);
+    await completeFor(store, newId(scope), SHORT_MS);
+    await new Promise((resolve) => setTimeout(resolve, 2 * SHORT_MS));
+
+    expect((await store.claim(newId(scope), FINGERPRINT, LEASE_MS)).state).toBe('claimed');
+    expect((await store.claim(newId(scope), FINGERPRINT, LEASE_MS)).state).toBe('claimed');
+    expect(await store.claim(newId(scope), FINGERPRINT, LEASE_MS)).toStrictEqual({ state: 'quotaExceeded' });
+  });
+
+  it("reaps from several instances at once, each expired record once, and each caller's usage with it", async () => {
+    // A table of its own, so that what is reaped is this test's rows only.
+    const own = uniqueTablePrefix('reap');
+    const [one, two] = await Promise.all([openStore({ tablePrefix: own }), openStore({ tablePrefix: own })]);
+    const scopes = ['a', 'b', 'c'].map((name) => `reap-race-${name}-${randomUUID()}`);
+    const large = { result: { content: [{ type: 'text', text: 'x'.repeat(4_000) }] } };
+    const ids = scopes.flatMap((scope) => Array.from({ length: 300 }, () => newId(scope)));
+    for (const [i, id] of ids.entries()) {
+      const store = i % 2 ? one : two;
+      await store.complete(await claimTicket(store, id), i % 3 ? large : RESULT, i % 3 ? 1 : RETENTION_MS);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 20));
+
+    try {
+      const reaped = await Promise.all([one.reap(), two.reap(), one.reap()]);
+
+      expect(reaped.reduce((sum, n) => sum + n, 0)).toBe(600);
+      // What is left, and each caller's usage, side by side.
+      const left = await server().admin.query(
+        `SELECT r.scope, count(*)::int AS records, sum(r.bytes)::int AS bytes,
+            min(u.records)::int AS counted_records, min(u.bytes)::int AS counted_bytes
+           FROM ${own}records r JOIN ${own}usage u USING (scope) GROUP BY r.scope ORDER BY r.scope`,
+      );
+      const size = JSON.stringify(RESULT).length;
+      expect(left.rows).toStrictEqual(
+        [...scopes].sort().map((scope) => ({
+          scope,
+          records: 100,
+          bytes: 100 * size,
+          counted_records: 100,
+          counted_bytes: 100 * size,
+        })),
+      );
+    } finally {
+      await Promise.all([one.close(), two.close()]);
+      await server().drop(own);
+    }
+  });
+
+  it('writes no index but the primary key, the one a lookup needs', async () => {
+    const { rows } = await server().admin.query(`SELECT indexname FROM pg_indexes WHERE tablename = $1`, [
+      records,
+    ]);
+    expect(rows).toStrictEqual([{ indexname: `${records}_pkey` }]);
   });
 });
 
@@ -280,14 +361,17 @@ describe.skipIf(!postgres)("each caller's usage, kept beside its records", () =>
     await doomed.close();
     await expectUsageOfRows(scopes);
 
-    // Past every short lease and retention: each caller's next claim prunes its own expired rows,
-    // the dead holder's keys are taken over, and a claim of a caller of its own prunes the others'.
+    // Past every short lease and retention: the dead holder's keys are taken over, each caller
+    // claims again while two reapers race to delete what expired.
     await new Promise((resolve) => setTimeout(resolve, 2 * SHORT_MS));
     expect((await one.claim(fresh, FINGERPRINT, LEASE_MS)).state).toBe('claimed');
     expect((await two.claim(resumed, FINGERPRINT, LEASE_MS)).state).toBe('claimed');
     await expectUsageOfRows(scopes);
-    await claimTicket(one, newId(`usage-elsewhere-${randomUUID()}`));
-    await Promise.all(scopes.map((scope, s) => claimTicket(s % 2 ? one : two, newId(scope))));
+    await Promise.all([
+      one.reap(),
+      two.reap(),
+      ...scopes.map((scope, s) => claimTicket(s % 2 ? one : two, newId(scope))),
+    ]);
     await expectUsageOfRows(scopes);
     const { rows } = await server().admin.query(
       `SELECT count(*)::int AS expired FROM ${records} WHERE scope = ANY ($1) AND expires_at <= now()`,
