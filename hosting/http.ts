@@ -11,6 +11,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { Client, InMemoryTransport } from '@modelcontextprotocol/client';
 import { hostHeaderValidation, originValidation, requireBearerAuth } from '@modelcontextprotocol/express';
 import { type NodeIncomingMessageLike, toNodeHandler } from '@modelcontextprotocol/node';
 import {
@@ -23,6 +24,7 @@ import {
   validateOriginHeader,
 } from '@modelcontextprotocol/server';
 import express, { type ErrorRequestHandler, type Request, type RequestHandler, type Response } from 'express';
+import type { RequestSpans } from './telemetry.js';
 
 /**
  * Largest request body read. Bigger bodies are refused with 413 before they are buffered;
@@ -121,8 +123,11 @@ export interface HttpServerOptions {
   requestTimeoutMs?: number;
   /** See `DEFAULT_MAX_CONNECTIONS`. */
   maxConnections?: number;
-  /** Wraps each MCP request, its body read, in a span of the server's own (hosting/telemetry.ts). */
-  requestSpans?: RequestHandler;
+  /**
+   * Wraps each MCP request, its body read, in a span of the server's own (hosting/telemetry.ts),
+   * given the tools the factory's servers have.
+   */
+  requestSpans?: RequestSpans;
 }
 
 export interface RunningHttpServer {
@@ -155,7 +160,7 @@ export async function startHttpServer(options: HttpServerOptions): Promise<Runni
   // rest of the upload unread, so the client can finish sending and read why. (The SDK's adapter
   // would close the connection under an upload still being sent.)
   app.use('/mcp', express.raw({ type: () => true, limit: maxBodyBytes }));
-  if (options.requestSpans) app.use('/mcp', options.requestSpans);
+  if (options.requestSpans) app.use('/mcp', options.requestSpans(await toolsOf(options.createServer)));
   // The request's `auth` (set by the bearer middleware) reaches every handler as
   // `ctx.http.authInfo`: the guard's scope.
   app.post('/mcp', (req: Request, res: Response) => void serve(withReadBody(req), res));
@@ -196,6 +201,25 @@ export async function startHttpServer(options: HttpServerOptions): Promise<Runni
       await mcp.close();
     },
   };
+}
+
+/**
+ * The tools the factory's servers have, as `tools/list` answers them: asked once, in process, of a
+ * server of its own (every server the factory makes has the same tools).
+ */
+async function toolsOf(createServer: () => McpServer): Promise<string[]> {
+  const server = createServer();
+  const client = new Client({ name: 'tool-names', version: '0' });
+  const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+  await server.connect(serverSide);
+  try {
+    await client.connect(clientSide);
+    const { tools } = await client.listTools();
+    return tools.map((tool) => tool.name);
+  } finally {
+    await client.close();
+    await server.close();
+  }
 }
 
 /**
