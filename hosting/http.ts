@@ -144,6 +144,7 @@ export async function startHttpServer(options: HttpServerOptions): Promise<Runni
   const serve = toNodeHandler(mcp, { onerror: options.onerror, maxRequestBodySize: maxBodyBytes });
 
   const app = express();
+  app.use(oneWellFormedHost);
   // DNS-rebinding protection (the MCP transport: servers MUST validate Origin): a page whose name
   // was rebound to this server's address sends that name as its Host, and its own as its Origin.
   const allowedHosts = options.allowedHosts ?? allowedHostsOf(options.host);
@@ -252,6 +253,22 @@ export function allowedHostsOf(host: string): readonly string[] | undefined {
   const loopback = self === 'localhost' || self === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(self);
   return loopback ? [...new Set([self, ...localhostAllowedHostnames()])] : [self];
 }
+
+/** `host[:port]`: a DNS name or IPv4 address, or an IPv6 address in brackets; no userinfo, no path. */
+const HOST = /^(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/;
+
+/**
+ * A request names one Host, and only a host and a port: RFC 9112 §3.2 answers 400 to a request
+ * with two, or with one that is not a valid authority without userinfo. (A Host with userinfo,
+ * `evil.example@127.0.0.1`, would pass the name check as `127.0.0.1` and then fail the SDK's URL.)
+ */
+const oneWellFormedHost: RequestHandler = (req, res, next) => {
+  // Node keeps the first Host in `headers`; the raw headers (name, value, name, …) keep them all.
+  const named = req.rawHeaders.filter((name, index) => index % 2 === 0 && name.toLowerCase() === 'host');
+  if (named.length === 1 && HOST.test(req.headers.host ?? '')) return next();
+  const problem = named.length > 1 ? 'more than one Host header' : 'a Host header that is not host[:port]';
+  res.status(400).json(jsonRpcError(-32000, `Bad Request: ${problem}`));
+};
 
 /**
  * With no names to check a Host against, a browser's request must at least come from a page of
