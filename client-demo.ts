@@ -13,6 +13,7 @@
 // timings, the rule for a backend that cannot start) is in scenarios/ too.
 
 import { randomUUID } from 'node:crypto';
+import { constants } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import { isDeepStrictEqual } from 'node:util';
 import { IdempotencyErrorType, INVALID_PARAMS, idempotencyErrorOf } from 'mcp-request-idempotency';
@@ -347,6 +348,11 @@ async function main(): Promise<void> {
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  // Stopped (Ctrl-C, or a kill of `npm run demo`), it exits through 'exit', whose handlers stop
+  // the servers, payment providers and Redis it started: without this, Node dies at the signal
+  // and they serve on, orphaned.
+  for (const signal of ['SIGTERM', 'SIGINT'] as const)
+    process.once(signal, () => process.exit(128 + constants.signals[signal]));
   main().catch((error: unknown) => {
     process.stderr.write(
       `demo failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,

@@ -111,25 +111,22 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
     strict: true,
     options: {
       http: { type: 'boolean', default: false },
-      host: { type: 'string', default: '127.0.0.1' },
+      host: { type: 'string' },
       'allowed-hosts': { type: 'string' },
-      port: { type: 'string', default: '3000' },
+      port: { type: 'string' },
       store: { type: 'string', default: 'memory' },
-      'redis-url': { type: 'string', default: env.REDIS_URL ?? 'redis://127.0.0.1:6379' },
+      'redis-url': { type: 'string' },
       'redis-cluster': { type: 'string' },
-      'redis-prefix': { type: 'string', default: 'sep3182:' },
+      'redis-prefix': { type: 'string' },
       ledger: { type: 'string' },
       'postgres-url': { type: 'string' },
-      'postgres-prefix': { type: 'string', default: 'sep3182_' },
+      'postgres-prefix': { type: 'string' },
       'sqlite-path': { type: 'string' },
       'sqlite-synchronous': { type: 'string' },
       'provider-url': { type: 'string' },
-      'provider-keys': { type: 'string', default: 'derived' },
-      'provider-timeout-ms': { type: 'string', default: String(DEFAULT_PROVIDER_TIMEOUT_MS) },
-      'provider-key-retention-seconds': {
-        type: 'string',
-        default: String(DEFAULT_PROVIDER_KEY_RETENTION_MS / 1000),
-      },
+      'provider-keys': { type: 'string' },
+      'provider-timeout-ms': { type: 'string' },
+      'provider-key-retention-seconds': { type: 'string' },
       'charge-latency-ms': { type: 'string', default: '0' },
       'retention-seconds': { type: 'string', default: String(DEFAULT_RETENTION_MS / 1000) },
       'max-records': { type: 'string', default: String(DEFAULT_MAX_RECORDS) },
@@ -141,6 +138,24 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
     },
   });
   const store = storeKind('--store', values.store);
+  const providerGiven = values['provider-url'] !== undefined;
+  refuseWithoutEffect([
+    ['--port', values.port, '--http', values.http],
+    ['--host', values.host, '--http or --metrics-port', values.http || values['metrics-port'] !== undefined],
+    ['--redis-url', values['redis-url'], '--store redis', store === 'redis'],
+    ['--redis-prefix', values['redis-prefix'], '--store redis', store === 'redis'],
+    ['--postgres-prefix', values['postgres-prefix'], '--store postgres', store === 'postgres'],
+    ['--provider-keys', values['provider-keys'], '--provider-url', providerGiven],
+    ['--provider-timeout-ms', values['provider-timeout-ms'], '--provider-url', providerGiven],
+    [
+      '--provider-key-retention-seconds',
+      values['provider-key-retention-seconds'],
+      '--provider-url',
+      providerGiven,
+    ],
+  ]);
+  const host = values.host ?? '127.0.0.1';
+  const redisUrl = values['redis-url'] ?? env.REDIS_URL ?? 'redis://127.0.0.1:6379';
   const ledger = storeKind('--ledger', values.ledger ?? store);
   // The balance beside the records, or in this process; a ledger in one store and records in
   // another would share nothing a transaction could span.
@@ -167,10 +182,10 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
   if (redisCluster?.some((url) => url === ''))
     throw new Error(`--redis-cluster takes comma-separated URLs, got "${values['redis-cluster']}"`);
   if (store === 'redis')
-    for (const url of redisCluster ?? [values['redis-url']])
+    for (const url of redisCluster ?? [redisUrl])
       storeUrl(redisCluster ? '--redis-cluster' : '--redis-url', url, ['redis:', 'rediss:']);
   const providerUrl = values['provider-url'] === undefined ? undefined : httpUrl(values['provider-url']);
-  const providerKeys = values['provider-keys'];
+  const providerKeys = values['provider-keys'] ?? 'derived';
   if (providerKeys !== 'derived' && providerKeys !== 'none')
     throw new Error(`--provider-keys must be derived or none, got "${providerKeys}"`);
   const chargeLatencyMs = integerOption('--charge-latency-ms', values['charge-latency-ms'], 0);
@@ -181,7 +196,7 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
   const retentionSeconds = integerOption('--retention-seconds', values['retention-seconds'], 1);
   const providerKeyRetentionSeconds = integerOption(
     '--provider-key-retention-seconds',
-    values['provider-key-retention-seconds'],
+    values['provider-key-retention-seconds'] ?? String(DEFAULT_PROVIDER_KEY_RETENTION_MS / 1000),
     1,
   );
   // The guard's rule (DEFAULT_RETENTION_MS says why), said at start-up in the flags' words.
@@ -192,7 +207,7 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
         'is gone would be answered the old charge; keep records at least as long',
     );
   }
-  const port = integerOption('--port', values.port, 0, MAX_PORT);
+  const port = integerOption('--port', values.port ?? String(DEFAULT_PORT), 0, MAX_PORT);
   const metricsPort =
     values['metrics-port'] === undefined
       ? undefined
@@ -203,21 +218,25 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
   if (allowedHosts && !values.http) throw new Error('--allowed-hosts needs --http');
   return {
     transport: values.http ? 'http' : 'stdio',
-    host: values.host,
+    host,
     allowedHosts,
     port,
     store,
-    redisUrl: values['redis-url'],
+    redisUrl,
     redisCluster,
-    redisPrefix: values['redis-prefix'],
+    redisPrefix: values['redis-prefix'] ?? 'sep3182:',
     ledger,
     postgresUrl,
-    postgresPrefix: values['postgres-prefix'],
+    postgresPrefix: values['postgres-prefix'] ?? 'sep3182_',
     sqlitePath,
     sqliteSynchronous,
     providerUrl,
     providerKeys,
-    providerTimeoutMs: integerOption('--provider-timeout-ms', values['provider-timeout-ms'], 1),
+    providerTimeoutMs: integerOption(
+      '--provider-timeout-ms',
+      values['provider-timeout-ms'] ?? String(DEFAULT_PROVIDER_TIMEOUT_MS),
+      1,
+    ),
     providerKeyRetentionMs: 1000 * providerKeyRetentionSeconds,
     chargeLatencyMs,
     retentionMs: 1000 * retentionSeconds,
@@ -228,6 +247,18 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
     logFlushMs: integerOption('--log-flush-ms', values['log-flush-ms'], 0),
     metricsPort,
   };
+}
+
+/** The HTTP port without `--port`. */
+const DEFAULT_PORT = 3000;
+
+/**
+ * Refuses a flag given without the one it takes effect with (`--port` over stdio would be
+ * ignored, and stdio would start), on one line naming both: [flag, its value, what it needs, met].
+ */
+function refuseWithoutEffect(flags: ReadonlyArray<[string, unknown, string, boolean]>): void {
+  for (const [flag, value, needed, met] of flags)
+    if (value !== undefined && !met) throw new Error(`${flag} needs ${needed}`);
 }
 
 function storeKind(name: string, raw: string): StoreKind {

@@ -11,6 +11,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { Client, InMemoryTransport } from '@modelcontextprotocol/client';
 import { hostHeaderValidation, originValidation, requireBearerAuth } from '@modelcontextprotocol/express';
 import { type NodeIncomingMessageLike, toNodeHandler } from '@modelcontextprotocol/node';
 import {
@@ -23,6 +24,7 @@ import {
   validateOriginHeader,
 } from '@modelcontextprotocol/server';
 import express, { type ErrorRequestHandler, type Request, type RequestHandler, type Response } from 'express';
+import type { RequestSpans } from './telemetry.js';
 
 /**
  * Largest request body read. Bigger bodies are refused with 413 before they are buffered;
@@ -121,8 +123,11 @@ export interface HttpServerOptions {
   requestTimeoutMs?: number;
   /** See `DEFAULT_MAX_CONNECTIONS`. */
   maxConnections?: number;
-  /** Wraps each MCP request, its body read, in a span of the server's own (hosting/telemetry.ts). */
-  requestSpans?: RequestHandler;
+  /**
+   * Wraps each MCP request, its body read, in a span of the server's own (hosting/telemetry.ts),
+   * given the tools the factory's servers have.
+   */
+  requestSpans?: RequestSpans;
 }
 
 export interface RunningHttpServer {
@@ -139,6 +144,7 @@ export async function startHttpServer(options: HttpServerOptions): Promise<Runni
   const serve = toNodeHandler(mcp, { onerror: options.onerror, maxRequestBodySize: maxBodyBytes });
 
   const app = express();
+  app.use(oneWellFormedHost);
   // DNS-rebinding protection (the MCP transport: servers MUST validate Origin): a page whose name
   // was rebound to this server's address sends that name as its Host, and its own as its Origin.
   const allowedHosts = options.allowedHosts ?? allowedHostsOf(options.host);
@@ -155,7 +161,7 @@ export async function startHttpServer(options: HttpServerOptions): Promise<Runni
   // rest of the upload unread, so the client can finish sending and read why. (The SDK's adapter
   // would close the connection under an upload still being sent.)
   app.use('/mcp', express.raw({ type: () => true, limit: maxBodyBytes }));
-  if (options.requestSpans) app.use('/mcp', options.requestSpans);
+  if (options.requestSpans) app.use('/mcp', options.requestSpans(await toolsOf(options.createServer)));
   // The request's `auth` (set by the bearer middleware) reaches every handler as
   // `ctx.http.authInfo`: the guard's scope.
   app.post('/mcp', (req: Request, res: Response) => void serve(withReadBody(req), res));
@@ -199,6 +205,25 @@ export async function startHttpServer(options: HttpServerOptions): Promise<Runni
 }
 
 /**
+ * The tools the factory's servers have, as `tools/list` answers them: asked once, in process, of a
+ * server of its own (every server the factory makes has the same tools).
+ */
+async function toolsOf(createServer: () => McpServer): Promise<string[]> {
+  const server = createServer();
+  const client = new Client({ name: 'tool-names', version: '0' });
+  const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+  await server.connect(serverSide);
+  try {
+    await client.connect(clientSide);
+    const { tools } = await client.listTools();
+    return tools.map((tool) => tool.name);
+  } finally {
+    await client.close();
+    await server.close();
+  }
+}
+
+/**
  * The request as the SDK's adapter reads it, its body the bytes already read. (Not a parsed
  * body: the adapter would serialise that again, and JSON.stringify overflows the stack on
  * deeply nested arguments that JSON.parse read without complaint.)
@@ -228,6 +253,22 @@ export function allowedHostsOf(host: string): readonly string[] | undefined {
   const loopback = self === 'localhost' || self === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(self);
   return loopback ? [...new Set([self, ...localhostAllowedHostnames()])] : [self];
 }
+
+/** `host[:port]`: a DNS name or IPv4 address, or an IPv6 address in brackets; no userinfo, no path. */
+const HOST = /^(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/;
+
+/**
+ * A request names one Host, and only a host and a port: RFC 9112 §3.2 answers 400 to a request
+ * with two, or with one that is not a valid authority without userinfo. (A Host with userinfo,
+ * `evil.example@127.0.0.1`, would pass the name check as `127.0.0.1` and then fail the SDK's URL.)
+ */
+const oneWellFormedHost: RequestHandler = (req, res, next) => {
+  // Node keeps the first Host in `headers`; the raw headers (name, value, name, …) keep them all.
+  const named = req.rawHeaders.filter((name, index) => index % 2 === 0 && name.toLowerCase() === 'host');
+  if (named.length === 1 && HOST.test(req.headers.host ?? '')) return next();
+  const problem = named.length > 1 ? 'more than one Host header' : 'a Host header that is not host[:port]';
+  res.status(400).json(jsonRpcError(-32000, `Bad Request: ${problem}`));
+};
 
 /**
  * With no names to check a Host against, a browser's request must at least come from a page of

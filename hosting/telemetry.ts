@@ -10,6 +10,7 @@
 
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { ClientNotification, ClientRequest } from '@modelcontextprotocol/server';
 import { context, propagation, type Span, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
 import type { MetricReader } from '@opentelemetry/sdk-metrics';
@@ -22,7 +23,7 @@ export interface Telemetry {
   /** The guard's options, observed (unchanged when telemetry is off). */
   observe<T extends Parameters<typeof observeIdempotency>[0]>(options: T): T;
   /** Wraps each MCP request over HTTP in a span of its own, when traces go somewhere. */
-  requestSpans?: RequestHandler;
+  requestSpans?: RequestSpans;
   /** Where Prometheus scrapes, with `--metrics-port`. */
   metricsUrl?: URL;
   /** Sends what is pending and stops: after the last decision is recorded. */
@@ -157,39 +158,102 @@ function urlOf(host: string, address: string | AddressInfo | null): URL {
 // active while the SDK and the guard handle the request, so the guard marks it with its decision.
 // Stateless HTTP carries one request per POST. Nothing is read from the request but the method,
 // the tool's name, the request id and the protocol version: never a header, an argument or a key.
+//
+// All four come from the caller before the SDK has checked any of them, so a span carries each
+// only as the metrics do: a method MCP defines, a tool the server has, else `_OTHER`; an id and a
+// version of bounded length, else none. Made-up names cannot grow the span names without bound,
+// nor can a name of megabytes be held in a batch waiting for a collector that is down.
 
 const tracer = () => trace.getTracer('sep-3182-idempotency-demo');
 
-/** Express middleware, after the body is read and before the SDK's handler. */
-export const mcpRequestSpans: RequestHandler = (req, res, next) => {
-  const request = jsonRpcRequestOf(req.body);
-  if (!request) return next();
-  const { method, params, id } = request;
-  const tool = method === 'tools/call' && typeof params.name === 'string' ? params.name : undefined;
-  const meta = isObject(params._meta) ? params._meta : {};
-  const version = protocolVersionOf(req, params, meta);
-  const parent = propagation.extract(context.active(), meta);
-  const span: Span = tracer().startSpan(
-    tool === undefined ? method : `${method} ${tool}`,
-    {
-      kind: SpanKind.SERVER,
-      attributes: {
-        'mcp.method.name': method,
-        'network.transport': 'tcp',
-        'network.protocol.name': 'http',
-        ...(tool !== undefined && { 'gen_ai.tool.name': tool, 'gen_ai.operation.name': 'execute_tool' }),
-        ...((typeof id === 'string' || typeof id === 'number') && { 'jsonrpc.request.id': String(id) }),
-        ...(version !== undefined && { 'mcp.protocol.version': version }),
-      },
-    },
-    parent,
-  );
-  res.once('close', () => {
-    if (res.statusCode >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
-    span.end();
-  });
-  context.with(trace.setSpan(parent, span), next);
+/** Builds the span middleware, given the tools the server has (the names a span may carry). */
+export type RequestSpans = (tools: readonly string[]) => RequestHandler;
+
+/** The conventions' own value for a name they cannot keep. */
+const OTHER = '_OTHER';
+
+/**
+ * Every method a client sends a server, checked against the SDK's types: the compiler says when
+ * one is added or dropped.
+ */
+const MCP_METHODS: Record<ClientRequest['method'] | ClientNotification['method'], true> = {
+  initialize: true,
+  ping: true,
+  'server/discover': true,
+  'subscriptions/listen': true,
+  'tools/list': true,
+  'tools/call': true,
+  'resources/list': true,
+  'resources/templates/list': true,
+  'resources/read': true,
+  'resources/subscribe': true,
+  'resources/unsubscribe': true,
+  'prompts/list': true,
+  'prompts/get': true,
+  'completion/complete': true,
+  'logging/setLevel': true,
+  'notifications/initialized': true,
+  'notifications/cancelled': true,
+  'notifications/progress': true,
+  'notifications/roots/list_changed': true,
 };
+
+/** Longest request id a span carries; clients number their requests, or send a UUID. */
+const MAX_REQUEST_ID_LENGTH = 64;
+
+/** A protocol version is a date (`2025-11-25`); anything else is not one. */
+const PROTOCOL_VERSION = /^\d{4}-\d{2}-\d{2}$/;
+
+/** Express middleware, after the body is read and before the SDK's handler. */
+export const mcpRequestSpans: RequestSpans = (tools) => {
+  const known = new Set(tools);
+  return (req, res, next) => {
+    const request = jsonRpcRequestOf(req.body);
+    if (!request) return next();
+    const { params } = request;
+    const method = methodOf(request.method);
+    const tool = method === 'tools/call' ? toolOf(params.name, known) : undefined;
+    const id = requestIdOf(request.id);
+    const meta = isObject(params._meta) ? params._meta : {};
+    const version = protocolVersionOf(req, params, meta);
+    const parent = propagation.extract(context.active(), meta);
+    const span: Span = tracer().startSpan(
+      tool === undefined ? method : `${method} ${tool}`,
+      {
+        kind: SpanKind.SERVER,
+        attributes: {
+          'mcp.method.name': method,
+          'network.transport': 'tcp',
+          'network.protocol.name': 'http',
+          ...(tool !== undefined && { 'gen_ai.tool.name': tool, 'gen_ai.operation.name': 'execute_tool' }),
+          ...(id !== undefined && { 'jsonrpc.request.id': id }),
+          ...(version !== undefined && { 'mcp.protocol.version': version }),
+        },
+      },
+      parent,
+    );
+    res.once('close', () => {
+      if (res.statusCode >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
+      span.end();
+    });
+    context.with(trace.setSpan(parent, span), next);
+  };
+};
+
+function methodOf(method: string): string {
+  return Object.hasOwn(MCP_METHODS, method) ? method : OTHER;
+}
+
+/** The tool's name if the server has such a tool; a call without a name names none. */
+function toolOf(name: unknown, known: ReadonlySet<string>): string | undefined {
+  if (typeof name !== 'string') return undefined;
+  return known.has(name) ? name : OTHER;
+}
+
+function requestIdOf(id: unknown): string | undefined {
+  const text = typeof id === 'string' || typeof id === 'number' ? String(id) : undefined;
+  return text !== undefined && text.length <= MAX_REQUEST_ID_LENGTH ? text : undefined;
+}
 
 interface JsonRpcRequest {
   method: string;
@@ -221,7 +285,9 @@ function protocolVersionOf(
     meta['io.modelcontextprotocol/protocolVersion'],
     params.protocolVersion,
   ];
-  return candidates.find((value): value is string => typeof value === 'string');
+  return candidates.find(
+    (value): value is string => typeof value === 'string' && PROTOCOL_VERSION.test(value),
+  );
 }
 
 function isObject(value: unknown): value is Record<string, unknown> {

@@ -43,6 +43,33 @@ function postAs(url: URL, body: string, headers: Record<string, string>): Promis
   });
 }
 
+/**
+ * A POST over a bare socket, its header lines as given (node:http would refuse two Hosts): the
+ * whole answer, once the server closes the connection.
+ */
+function exchange(url: URL, headerLines: readonly string[], body: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(url.port), url.hostname);
+    const received: Buffer[] = [];
+    socket.on('data', (chunk: Buffer) => received.push(chunk));
+    socket.on('error', reject);
+    socket.on('close', () => resolve(Buffer.concat(received).toString('utf8')));
+    socket.on('connect', () =>
+      socket.end(
+        [
+          'POST /mcp HTTP/1.1',
+          ...headerLines,
+          'Accept: application/json, text/event-stream',
+          `Content-Length: ${Buffer.byteLength(body)}`,
+          'Connection: close',
+          '',
+          body,
+        ].join('\r\n'),
+      ),
+    );
+  });
+}
+
 async function balanceAt(url: URL, headers: Record<string, string> = {}): Promise<number> {
   const { text } = await postRaw(url, toolsCall({ name: 'get_balance', arguments: {} }), headers);
   const balance: unknown = JSON.parse(text).result?.structuredContent?.balance;
@@ -84,6 +111,25 @@ describe('DNS-rebinding protection: the Host and Origin a request names', () => 
     const localhost = `localhost:${server.url.port}`;
     expect(await postAs(server.url, charge(), { host: localhost, origin: `http://${localhost}` })).toBe(200);
     expect(await balanceAt(server.url)).toBe(before + 15);
+  });
+
+  it.each([
+    ['a Host with userinfo', (self: string) => [`Host: evil.example@${self}`]],
+    ['a Host with a path', (self: string) => [`Host: ${self}/mcp`]],
+    ['two Host headers', (self: string) => [`Host: ${self}`, `Host: ${self}`]],
+    [
+      'two Host headers naming different hosts',
+      (self: string) => [`Host: ${self}`, 'Host: attacker.example'],
+    ],
+  ])('answers %s 400 before any dispatch: nothing charged', async (_, hostLines) => {
+    const before = await balanceAt(server.url);
+    const answer = await exchange(
+      server.url,
+      [...hostLines(self), 'Content-Type: application/json'],
+      charge(),
+    );
+    expect(answer).toMatch(/^HTTP\/1\.1 400 /);
+    expect(await balanceAt(server.url)).toBe(before);
   });
 
   it.each([

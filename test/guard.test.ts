@@ -5,10 +5,12 @@ import { McpServer as McpServerV1 } from '@modelcontextprotocol/sdk/server/mcp.j
 import { McpServer as McpServerV2 } from '@modelcontextprotocol/server';
 import {
   type Claim,
+  createToolCallGuard,
   IdempotencyErrorType,
   type IdempotencyStore,
   INTERNAL_ERROR,
   idempotencyErrorOf,
+  MAX_RETENTION_MS,
   MemoryIdempotencyStore,
 } from 'mcp-request-idempotency';
 import { callTool } from 'mcp-request-idempotency/client';
@@ -67,6 +69,17 @@ describe('retention', () => {
     clock.advance(RETENTION_MS);
     await callTool(client, charge(1));
     expect(store.size).toBe(1);
+  });
+
+  it.each([
+    ['retentionMs', Number.MAX_SAFE_INTEGER],
+    ['leaseMs', MAX_RETENTION_MS + 1],
+    ['awaitingInputRetentionMs', Number.POSITIVE_INFINITY],
+  ])('refuses a %s of %d, longer than every store keeps a record, when the guard is made', (name, ms) => {
+    const store = new MemoryIdempotencyStore();
+    expect(() => createToolCallGuard({ store, [name]: ms })).toThrow(
+      new RangeError(`${name} must be a positive number of ms up to ${MAX_RETENTION_MS}, got ${ms}`),
+    );
   });
 });
 

@@ -355,6 +355,51 @@ describe("the request's span, exported in memory by the SDK", () => {
     ]);
   });
 
+  it('names a span only as the metrics do: a tool the server has or _OTHER, a method MCP defines, bounded values', async () => {
+    // Sent as raw JSON-RPC, names the SDK will refuse: the span is made before it looks at them.
+    const traceId = randomUUID().replaceAll('-', '');
+    const hostile = [
+      ...Array.from({ length: 20 }, () => ({ method: 'tools/call', name: `made-up-${randomUUID()}` })),
+      { method: 'tools/call', name: 'x'.repeat(100_000) },
+      { method: `made/up/${randomUUID()}`, name: 'charge_guarded' },
+      { method: 'm'.repeat(100_000), name: 'charge_guarded' },
+    ];
+    for (const [index, { method, name }] of hostile.entries()) {
+      const response = await fetch(http.url, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          accept: 'application/json, text/event-stream',
+          authorization: 'Bearer token-alice',
+          'mcp-protocol-version': 'v'.repeat(10_000),
+        },
+        body: JSON.stringify({
+          jsonrpc: '2.0',
+          id: index === 0 ? 'i'.repeat(100_000) : index,
+          method,
+          params: { name, arguments: {}, _meta: { traceparent: `00-${traceId}-${traceId.slice(0, 16)}-01` } },
+        }),
+      });
+      await response.text();
+    }
+    const inTrace = () => spans.getFinishedSpans().filter((s) => s.spanContext().traceId === traceId);
+    await until(() => inTrace().length === hostile.length, 'a span for every hostile request');
+    const names = inTrace().map((s) => s.name);
+    expect(new Set(names)).toStrictEqual(new Set(['tools/call _OTHER', '_OTHER']));
+    expect(names.filter((name) => name === '_OTHER')).toHaveLength(2);
+    expect(inTrace().map((s) => s.attributes['gen_ai.tool.name'])).toStrictEqual([
+      ...Array.from({ length: 21 }, () => '_OTHER'),
+      undefined,
+      undefined,
+    ]);
+    // Neither the 100,000-character id nor the made-up protocol version is carried.
+    const longest = Math.max(
+      ...inTrace().flatMap((s) => Object.values(s.attributes).map((v) => String(v).length)),
+    );
+    expect(longest).toBeLessThanOrEqual(64);
+    expect(inTrace().filter((s) => s.attributes['mcp.protocol.version'] !== undefined)).toStrictEqual([]);
+  });
+
   it('never holds a key, a principal or a token, in any exported span or metric', async () => {
     await reader.forceFlush();
     const exported = JSON.stringify({

@@ -9,6 +9,7 @@ import {
   IdempotencyErrorType,
   idempotencyErrorOf,
   MemoryIdempotencyStore,
+  principalScope,
   providerKey,
 } from 'mcp-request-idempotency';
 import { callTool, MODERN_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
@@ -19,11 +20,11 @@ import { z } from 'zod';
 /** One app's client ID, as with Client ID Metadata Documents: a URL every user of the app shares. */
 const APP = 'https://agent.example/client-metadata.json';
 
-const tokenOf = (sub: string | undefined): AuthInfo => ({
-  token: `token-of-${sub ?? 'nobody'}`,
+const tokenOf = (sub: string | undefined, iss?: string): AuthInfo => ({
+  token: `token-of-${sub ?? 'nobody'}${iss === undefined ? '' : `-at-${iss}`}`,
   clientId: APP,
   scopes: ['charge'],
-  ...(sub !== undefined && { extra: { sub } }),
+  ...(sub !== undefined && { extra: { sub, ...(iss !== undefined && { iss }) } }),
 });
 
 interface Server {
@@ -43,9 +44,9 @@ function startServer(store = new MemoryIdempotencyStore()): Server {
   const handler = createMcpHandler(() => {
     const mcp = new McpServer({ name: 'principals', version: '0' });
     mcp.registerTool('statement', { inputSchema: z.object({ month: z.string() }) }, ({ month }, ctx) => {
-      const sub = ctx.http?.authInfo?.extra?.sub;
+      const { sub, iss } = ctx.http?.authInfo?.extra ?? {};
       executions.push(String(sub));
-      const text = JSON.stringify({ owner: sub, month, providerKey: providerKey('statement') });
+      const text = JSON.stringify({ owner: sub, issuer: iss, month, providerKey: providerKey('statement') });
       return { content: [{ type: 'text', text }] };
     });
     installIdempotencyGuard(mcp, { store });
@@ -106,6 +107,48 @@ describe('two users of one client app', () => {
       data: { type: IdempotencyErrorType.quotaExceeded },
     });
     expect(textOf(await callTool(bob, { ...statement, idempotencyKey: 'another' })).owner).toBe('bob');
+  });
+});
+
+describe('two authorization servers, each with a user of one subject', () => {
+  const [WORKFORCE, PARTNERS] = ['https://login.example.com', 'https://partners.example.net'];
+
+  it('keeps them apart: each executes once under the same key, and replays its own response', async () => {
+    const server = startServer();
+    const staff = await server.connect(tokenOf('alice', WORKFORCE));
+    const partner = await server.connect(tokenOf('alice', PARTNERS));
+
+    const staffFirst = await callTool(staff, statement);
+    const partnerFirst = await callTool(partner, statement);
+    expect([textOf(staffFirst).issuer, textOf(partnerFirst).issuer]).toStrictEqual([WORKFORCE, PARTNERS]);
+    expect(await callTool(staff, statement)).toEqual(staffFirst);
+    expect(await callTool(partner, statement)).toEqual(partnerFirst);
+    expect(server.executions).toEqual(['alice', 'alice']);
+    expect(textOf(staffFirst).providerKey).not.toBe(textOf(partnerFirst).providerKey);
+  });
+
+  it('scopes by issuer and subject, in a form no other pair and no token without an issuer can take', () => {
+    const scopeOf = (sub: string, iss?: string) => principalScope({ authInfo: tokenOf(sub, iss) });
+    expect(scopeOf('alice', WORKFORCE)).toBe(`issuer-principal:["${WORKFORCE}","alice"]`);
+    expect(scopeOf('b","c', 'a')).not.toBe(scopeOf('c', 'a","b'));
+    expect(scopeOf(`["${WORKFORCE}","alice"]`)).not.toBe(scopeOf('alice', WORKFORCE));
+  });
+
+  it('leaves a token without an issuer in the scope it always had: its records replay as before', async () => {
+    const store = new MemoryIdempotencyStore();
+    const server = startServer(store);
+    const alice = await server.connect(tokenOf('alice'));
+    const first = await callTool(alice, statement);
+    expect(principalScope({ authInfo: tokenOf('alice') })).toBe('principal:alice');
+    // The record is under `principal:alice`, where a version that scoped by subject alone put it.
+    const held = await store.claim(
+      { scope: 'principal:alice', idempotencyKey: statement.idempotencyKey },
+      '',
+      1_000,
+    );
+    expect(held.state).toBe('completed');
+    expect(await callTool(alice, statement)).toEqual(first);
+    expect(server.executions).toEqual(['alice']);
   });
 });
 

@@ -1,7 +1,8 @@
 // The library README's quick start, done as a new user does it: its commands run by bash in an
 // empty directory, with whatever TypeScript and SDK the npm registry serves today (not this
-// repository's pins) and the tsconfig.json `tsc --init` writes; its two files pasted as they
-// stand; the server and the client run over stdio and over HTTP. Every block comes out of the
+// repository's pins) and the tsconfig.json `tsc --init` writes; its files pasted as they stand
+// (every ```ts block the README names a file for, with the packages its ```sh blocks add for
+// them); the server and the client run over stdio and over HTTP. Every block comes out of the
 // README by its fence's info string (```sh setup, ```ts src/server.ts, …), so the README cannot
 // drift from what runs. Only the clone's `npm ci` is not rerun: this repository is that clone.
 
@@ -24,6 +25,12 @@ const run = promisify(execFile);
 const blocks = new Map(
   [...README.matchAll(/^```([^\n`]+)\n([\s\S]*?)^```$/gm)].map(([, info = '', body = '']) => [info, body]),
 );
+
+/** The files the README names a block for (`ts src/server.ts`): every one goes in the project. */
+const namedFiles = [...blocks.keys()].flatMap((info) => /^ts (\S+)$/.exec(info)?.[1] ?? []);
+
+/** What the README installs beside the quick start for its other files (`sh v1`, `sh otel`). */
+const EXTRA_INSTALLS = ['sh v1', 'sh otel'];
 
 function block(info: string): string {
   const body = blocks.get(info);
@@ -48,29 +55,37 @@ let dir: string;
 let project: string;
 const servers: ChildProcess[] = [];
 
-beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'sep3182-quickstart-'));
-  // The README's pack command, run where this clone is, its tarball put where the test can find it.
-  const [, pack = ''] = /&& (npm pack -w mcp-request-idempotency)$/m.exec(block('sh pack')) ?? [];
-  expect(pack).toBe('npm pack -w mcp-request-idempotency');
-  const { stdout } = await run('bash', ['-c', `${pack} --pack-destination "$0" --json`, dir], {
-    cwd: ROOT,
-    env: NPM_ENV,
-    timeout: INSTALL_TIMEOUT_MS,
-  });
-  const [{ filename = '' } = {}]: Array<{ filename?: string }> = JSON.parse(
-    stdout.slice(stdout.indexOf('[')),
-  );
-  // The setup block installs the tarball by the name the pack made.
-  expect(block('sh setup')).toContain(`${CLONE_PLACEHOLDER}/${filename}`);
+beforeAll(
+  async () => {
+    dir = await mkdtemp(join(tmpdir(), 'sep3182-quickstart-'));
+    // The README's pack command, run where this clone is, its tarball put where the test can find it.
+    const [, pack = ''] = /&& (npm pack -w mcp-request-idempotency)$/m.exec(block('sh pack')) ?? [];
+    expect(pack).toBe('npm pack -w mcp-request-idempotency');
+    const { stdout } = await run('bash', ['-c', `${pack} --pack-destination "$0" --json`, dir], {
+      cwd: ROOT,
+      env: NPM_ENV,
+      timeout: INSTALL_TIMEOUT_MS,
+    });
+    const [{ filename = '' } = {}]: Array<{ filename?: string }> = JSON.parse(
+      stdout.slice(stdout.indexOf('[')),
+    );
+    // The setup block installs the tarball by the name the pack made.
+    expect(block('sh setup')).toContain(`${CLONE_PLACEHOLDER}/${filename}`);
 
-  const setup = block('sh setup').replaceAll(CLONE_PLACEHOLDER, dir);
-  await run('bash', ['-e', '-c', setup], { cwd: dir, env: NPM_ENV, timeout: INSTALL_TIMEOUT_MS });
-  project = join(dir, 'payments');
-  await mkdir(join(project, 'src'));
-  for (const file of ['src/server.ts', 'src/client.ts'])
-    await writeFile(join(project, file), block(`ts ${file}`));
-}, INSTALL_TIMEOUT_MS * 2);
+    const setup = block('sh setup').replaceAll(CLONE_PLACEHOLDER, dir);
+    await run('bash', ['-e', '-c', setup], { cwd: dir, env: NPM_ENV, timeout: INSTALL_TIMEOUT_MS });
+    project = join(dir, 'payments');
+    for (const install of EXTRA_INSTALLS)
+      await run('bash', ['-e', '-c', block(install)], {
+        cwd: project,
+        env: NPM_ENV,
+        timeout: INSTALL_TIMEOUT_MS,
+      });
+    await mkdir(join(project, 'src'));
+    for (const file of namedFiles) await writeFile(join(project, file), block(`ts ${file}`));
+  },
+  INSTALL_TIMEOUT_MS * (2 + EXTRA_INSTALLS.length),
+);
 
 afterAll(async () => {
   for (const server of servers) server.kill('SIGKILL');
@@ -101,8 +116,40 @@ describe("the library README's quick start, in a new project", () => {
     expect(tsconfig).toMatch(/"verbatimModuleSyntax": true/);
   });
 
+  it('names every file where the tsconfig it wrote compiles it: under src/', () => {
+    expect(namedFiles).toContain('src/server-v1.ts');
+    expect(namedFiles.filter((file) => !file.startsWith('src/'))).toStrictEqual([]);
+  });
+
   it(
-    "runs as written: tsc compiles both files, and the client's retry is answered from the record, charged once",
+    'compiles every file the README names, with the tsconfig it wrote',
+    async () => {
+      const { stdout } = await run('npx', ['tsc', '--noEmit'], {
+        cwd: project,
+        timeout: INSTALL_TIMEOUT_MS,
+      }).catch((error: { stdout: string }) => error);
+      expect(stdout).toBe('');
+    },
+    INSTALL_TIMEOUT_MS,
+  );
+
+  it(
+    "under tsc --init's own defaults, refuses only what the README turns off exactOptionalPropertyTypes for",
+    async () => {
+      const { stdout } = await run('npx', ['tsc', '--noEmit', '--exactOptionalPropertyTypes', 'true'], {
+        cwd: project,
+        timeout: INSTALL_TIMEOUT_MS,
+      }).catch((error: { stdout: string }) => error);
+      const errors = stdout.split('\n').filter((line) => /error TS\d+/.test(line));
+      // The SDK's toNodeHandler refusing Node's request object in the HTTP branch of src/server.ts.
+      expect(errors.length).toBeGreaterThan(0);
+      for (const line of errors) expect(line).toMatch(/^src\/server\.ts\(\d+,\d+\): error TS2769:/);
+    },
+    INSTALL_TIMEOUT_MS,
+  );
+
+  it(
+    "runs as written: tsc compiles every file, and the client's retry is answered from the record, charged once",
     async () => {
       const { stdout, stderr } = await run('bash', ['-e', '-c', block('sh run')], {
         cwd: project,

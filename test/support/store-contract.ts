@@ -19,6 +19,7 @@ import {
   DEFAULT_MAX_BYTES_PER_SCOPE,
   DEFAULT_MAX_RECORDS_PER_SCOPE,
   type IdempotencyStore,
+  MAX_RETENTION_MS,
   type MemoryStoreOptions,
   type RecordId,
   type StoredResponse,
@@ -364,6 +365,22 @@ export function describeStoreContract<S extends ContractStore>(
         await untilExpired(id, SHORT_MS);
 
         expect((await store.claim(id, FINGERPRINT, LEASE_MS)).state).toBe('claimed');
+      });
+    });
+
+    describe('the longest retention, MAX_RETENTION_MS, which the guard takes too', () => {
+      it('keeps a record for it, replayed by another instance, and refuses a longer one, the claim left as it was', async () => {
+        const [writer, reader] = await instances(2);
+        if (!writer || !reader) throw new Error('no stores opened');
+        const id = newId();
+        const ticket = await claimTicket(writer, id);
+        await expect((async () => writer.complete(ticket, RESULT, MAX_RETENTION_MS + 1))()).rejects.toThrow(
+          RangeError,
+        );
+        expect((await reader.claim(id, FINGERPRINT, LEASE_MS)).state).toBe('inProgress');
+        expect(await writer.complete(ticket, RESULT, MAX_RETENTION_MS)).toBe(true);
+        const replay = await reader.claim(id, FINGERPRINT, LEASE_MS);
+        expect(replay.state === 'completed' && replay.response).toStrictEqual(RESULT);
       });
     });
 

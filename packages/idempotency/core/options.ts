@@ -3,7 +3,7 @@
 // The windows a record lives in (retention, lease, awaiting input), each chosen against what the
 // providers a tool calls and the SDKs' own timeouts do, and the options that set them.
 
-import type { IdempotencyStore } from '../stores/contract.js';
+import { type IdempotencyStore, MAX_RETENTION_MS } from '../stores/contract.js';
 import type { DecisionEvent } from './decisions.js';
 import { Messages } from './errors.js';
 import { LeaseRenewals } from './leases.js';
@@ -74,9 +74,11 @@ export function guardSettings(options: IdempotencyGuardOptions): GuardSettings {
   const leaseMs = options.leaseMs ?? DEFAULT_LEASE_MS;
   const retentionMs = options.retentionMs ?? DEFAULT_RETENTION_MS;
   const providerKeyRetentionMs = options.providerKeyRetentionMs ?? DEFAULT_PROVIDER_KEY_RETENTION_MS;
-  for (const [name, ms] of Object.entries({ retentionMs, leaseMs })) {
-    if (!(Number.isFinite(ms) && ms > 0))
-      throw new RangeError(`${name} must be a positive number, got ${ms}`);
+  const awaitingInputRetentionMs = options.awaitingInputRetentionMs ?? DEFAULT_AWAITING_INPUT_RETENTION_MS;
+  // At most what every store keeps: one that took less would fail each key closed, for good.
+  for (const [name, ms] of Object.entries({ retentionMs, leaseMs, awaitingInputRetentionMs })) {
+    if (!(Number.isFinite(ms) && ms > 0 && ms <= MAX_RETENTION_MS))
+      throw new RangeError(`${name} must be a positive number of ms up to ${MAX_RETENTION_MS}, got ${ms}`);
   }
   if (!(retentionMs >= providerKeyRetentionMs)) {
     throw new RangeError(Messages.retentionBelowProviderKeys(retentionMs, providerKeyRetentionMs));
@@ -86,7 +88,7 @@ export function guardSettings(options: IdempotencyGuardOptions): GuardSettings {
     retentionMs,
     providerKeyRetentionMs,
     leaseMs,
-    awaitingInputRetentionMs: options.awaitingInputRetentionMs ?? DEFAULT_AWAITING_INPUT_RETENTION_MS,
+    awaitingInputRetentionMs,
     scopeOf: options.scopeOf ?? principalScope,
     onDecision: options.onDecision ?? (() => {}),
     leases: new LeaseRenewals(options.store, leaseMs),

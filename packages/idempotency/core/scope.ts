@@ -18,7 +18,10 @@ export interface CallerAuthInfo {
   /** The OAuth client application: shared by every user of that app, so never a scope. */
   clientId: string;
   scopes?: readonly string[];
-  /** What the server's token verifier adds; the guard reads the subject, `sub`, from it. */
+  /**
+   * What the server's token verifier adds; the guard reads the subject, `sub`, from it, and the
+   * issuer, `iss`, where the token names one.
+   */
   extra?: Record<string, unknown>;
 }
 
@@ -42,17 +45,34 @@ export function principalOf(authInfo: CallerAuthInfo): string | undefined {
 }
 
 /**
+ * The authorization server that issued the token (a JWT's `iss` claim, the `iss` of an
+ * introspection answer), where the verifier put it in `authInfo.extra.iss`. A subject is unique
+ * only within its issuer (RFC 7519 §4.1.2): two authorization servers may each have an `alice`.
+ */
+export function issuerOf(authInfo: CallerAuthInfo): string | undefined {
+  const iss = authInfo.extra?.iss;
+  return typeof iss === 'string' && iss !== '' ? iss : undefined;
+}
+
+/**
  * The default scope (SEP: records MUST be scoped to the authorization boundary that governs the
- * call). A request with a verified token is its principal's; one without is the local user's.
- * A verified token whose principal the server did not say has no scope: the guard refuses its
- * keyed calls rather than guess one, or put every caller in one.
+ * call). A request with a verified token is its principal's: the issuer and the subject where the
+ * token names its issuer, so a server that trusts several authorization servers never merges two
+ * issuers' users of one `sub`; the subject alone where it does not, the scope such tokens always
+ * had, so their records stay where they are. One without a token is the local user's. A verified
+ * token whose principal the server did not say has no scope: the guard refuses its keyed calls
+ * rather than guess one, or put every caller in one.
  */
 export function principalScope(caller: Caller): string {
   const { authInfo } = caller;
   if (!authInfo) return LOCAL_SCOPE;
   const principal = principalOf(authInfo);
   if (principal === undefined) throw new ScopeUnknownError(Messages.principalUnknown);
-  return `principal:${principal}`;
+  const issuer = issuerOf(authInfo);
+  // JSON, so no issuer and subject can be read as another pair; a prefix no `principal:` scope has.
+  return issuer === undefined
+    ? `principal:${principal}`
+    : `issuer-principal:${JSON.stringify([issuer, principal])}`;
 }
 
 /** Thrown by a `scopeOf` that cannot tell the caller's scope; the guard fails the keyed call closed. */

@@ -107,6 +107,15 @@ export interface IdempotencyStore {
 }
 
 /**
+ * The longest lease or retention the guard and every store take: 100 years. A record's expiry is
+ * now plus its retention, and each backend must store it exactly for every process that reads it
+ * (SQLite's milliseconds since the epoch a safe integer, a Postgres timestamp, a Redis PX); a
+ * retention past what one backend holds would be accepted by the guard and then fail the key
+ * closed forever. Far beyond any provider's key retention (Stripe's is 24 hours).
+ */
+export const MAX_RETENTION_MS = 100 * 365.25 * 24 * 60 * 60 * 1000;
+
+/**
  * Default quota of one caller (one scope), in every store: live records. A tenth of the memory
  * store's global cap, so no single caller can lock every other out of deduplication (the SEP:
  * servers SHOULD apply rate limits and quotas to the records); over the default 24 h retention,

@@ -6,7 +6,7 @@
 
 import type { Fingerprint } from '../core/fingerprint.js';
 import type { Claim, ClaimTicket, IdempotencyStore, RecordId, StoredResponse } from './contract.js';
-import { positiveInteger, type ScopeQuotaOptions, scopeQuotasOf } from './support.js';
+import { milliseconds, positiveInteger, type ScopeQuotaOptions, scopeQuotasOf } from './support.js';
 
 /** Default cap. Roughly 100 MB at 1 KB a record; over the 24 h retention, a keyed call a second. */
 export const DEFAULT_MAX_RECORDS = 100_000;
@@ -205,6 +205,8 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     response: StoredResponse,
     retentionMs: number,
   ): boolean {
+    // The longest retention every store takes, refused before anything changes.
+    const retention = milliseconds(retentionMs);
     const slot = slotOf(ticket);
     const running = this.inProgress.get(slot);
     if (running?.token !== ticket.token) return false;
@@ -219,7 +221,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
       scope: ticket.scope,
       fingerprint: ticket.fingerprint,
       response,
-      expiresAt: this.now() + retentionMs,
+      expiresAt: this.now() + retention,
       bytes,
     });
     return true;

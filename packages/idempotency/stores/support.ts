@@ -12,6 +12,7 @@ import {
   type Claim,
   DEFAULT_MAX_BYTES_PER_SCOPE,
   DEFAULT_MAX_RECORDS_PER_SCOPE,
+  MAX_RETENTION_MS,
   type StoredResponse,
   StoreUnavailableError,
 } from './contract.js';
@@ -53,11 +54,13 @@ export function positiveInteger(name: string, value: number): number {
 
 /**
  * A lease or retention as a backend takes it: a positive whole number of milliseconds (Redis' PX,
- * a Postgres interval). The guard has checked it is positive; a fraction is rounded up, so a
- * record never lives shorter than asked.
+ * a Postgres interval), at most `MAX_RETENTION_MS`. The guard has checked both; a fraction is
+ * rounded up, so a record never lives shorter than asked.
  */
 export function milliseconds(ms: number): number {
   if (!Number.isFinite(ms) || ms <= 0) throw new RangeError(`not a positive duration in ms: ${ms}`);
+  if (ms > MAX_RETENTION_MS)
+    throw new RangeError(`a duration of ${ms} ms is past the longest a store keeps, ${MAX_RETENTION_MS} ms`);
   return Math.ceil(ms);
 }
 
