@@ -16,7 +16,14 @@ import { type CheckerRun, ROOT, runChecker, startFixtureHttp } from './fixtures/
 import { startBareHttpServer } from './support/http.js';
 import { findNode24, INSTALL_TIMEOUT_MS } from './support/node24.js';
 
-const SUITE = join(ROOT, 'node_modules', '@modelcontextprotocol', 'conformance-2026', 'dist', 'index.js');
+const SUITE = join(
+  ROOT,
+  'interop',
+  'node_modules',
+  '@modelcontextprotocol',
+  'conformance-2026',
+  'dist/index.js',
+);
 const HARNESS = join(ROOT, 'conformance', 'harness', 'register.mjs');
 const SEP_YAML = join(ROOT, 'conformance', 'src', 'seps', 'sep-3182.yaml');
 /** The suite's baseline for the demo: the one check it cannot give a prerequisite for. */

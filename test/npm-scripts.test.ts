@@ -112,20 +112,23 @@ describe.each(['SIGTERM', 'SIGINT'] as const)('npm, its own PID sent %s', (signa
     START_TIMEOUT_MS + 2 * WAIT_MS,
   );
 
-  it(
-    'npm run demo: stops what it started, its payment provider among them',
-    async () => {
-      const { child } = npm(['run', 'demo']);
-      // Once it runs its providers' scenarios, it has started the most at once.
+  // The default demo starts its servers; the full tour, a payment provider and Redis besides.
+  it.each([
+    ['demo', 'server.ts'],
+    ['demo:all', 'payment-provider/api.ts'],
+  ])(
+    'npm run %s: stops what it started (%s among them)',
+    async (script, marker) => {
+      const { child } = npm(['run', script]);
       const started = () => descendantsOf(child.pid ?? 0).map((p) => p.command);
       await until(
-        () => started().some((command) => command.includes('payment-provider/api.ts')),
-        'the demo to start a payment provider',
+        () => started().some((command) => command.includes(marker)),
+        `the demo to start ${marker}`,
         4 * START_TIMEOUT_MS,
       );
 
       const below = await stopNpm(child, signal);
-      expect(below.map((p) => p.command)).toContainEqual(expect.stringContaining('payment-provider/api.ts'));
+      expect(below.map((p) => p.command)).toContainEqual(expect.stringContaining(marker));
       await until(() => below.every((p) => !alive(p.pid)), 'every process the demo started to exit');
       expect(below.filter((p) => alive(p.pid))).toStrictEqual([]);
     },

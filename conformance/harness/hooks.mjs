@@ -15,7 +15,7 @@
 const SCENARIOS = new URL('../src/scenarios/', import.meta.url).href;
 const SCENARIO = new URL('../src/scenarios/server/idempotency.ts', import.meta.url).href;
 const SUITE = new URL(
-  '../../node_modules/@modelcontextprotocol/conformance-2026/dist/index.js',
+  '../../interop/node_modules/@modelcontextprotocol/conformance-2026/dist/index.js',
   import.meta.url,
 ).href;
 
