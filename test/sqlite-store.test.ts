@@ -365,6 +365,30 @@ describe('a holder process, alive or dead', () => {
     2 * START_TIMEOUT_MS,
   );
 
+  it(
+    'answers in progress for a live holder when the claiming process cannot read /proc (out of file descriptors)',
+    async () => {
+      const file = newFile();
+      const store = await openStore(file);
+      const id = newId();
+      await claimTicket(store, id);
+
+      // Another server on the file, at its descriptor limit: every read of /proc fails (EMFILE).
+      const starved = join(import.meta.dirname, 'support', 'sqlite-starved.ts');
+      const command = `ulimit -n 200; exec "${process.execPath}" --import tsx "${starved}" "$@"`;
+      const printed = execFileSync('sh', ['-c', command, 'sh', file, id.scope, id.idempotencyKey], {
+        encoding: 'utf8',
+        timeout: START_TIMEOUT_MS,
+      });
+      const answer = JSON.parse(printed);
+
+      // This process, the holder, is running: its key is not free to execute again.
+      expect(answer.descriptorsTaken).toBeGreaterThan(0);
+      expect(answer.state).toBe('inProgress');
+    },
+    2 * START_TIMEOUT_MS,
+  );
+
   it('leaves the claims of a store that closed to be taken at once, as an exited process does', async () => {
     const file = newFile();
     const [leaving, staying] = [await openStore(file), await openStore(file)];
