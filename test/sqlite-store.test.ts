@@ -532,6 +532,67 @@ describe("a tool's writes in its record's transaction", () => {
     for (const sql of ['COMMIT', 'rollback', ' END TRANSACTION', 'BEGIN'])
       expect(() => tx.run(sql), sql).toThrow(/commits the record's transaction/);
   });
+
+  it.each([
+    ['a comment before it', '/* x */ COMMIT'],
+    ['a line comment before it', '-- x\nCOMMIT'],
+  ])(
+    'refuses a COMMIT with %s: the write still waits for its record, and commits with it',
+    async (_, sql) => {
+      const { file, store, effectsOf } = await setUp();
+      const other = await openStore(file);
+      const id = newId();
+      const ticket = await claimTicket(store, id);
+      const tx = await store.begin(ticket);
+      tx.run('INSERT INTO effects VALUES (?)', id.idempotencyKey);
+
+      expect(() => tx.run(sql)).toThrow(/commits the record's transaction/);
+
+      // Another connection sees neither the write nor a record yet; then both, together.
+      const read = () => other.read((db) => db.get('SELECT count(*) AS n FROM effects')?.n);
+      expect(await read()).toBe(0);
+      expect(await store.complete(ticket, RESULT, RETENTION_MS)).toBe(true);
+      expect(await effectsOf(id)).toBe(1);
+      expect(await other.claim(id, FINGERPRINT, LEASE_MS)).toMatchObject({
+        state: 'completed',
+        response: RESULT,
+      });
+    },
+  );
+
+  it('refuses every statement after one failed at the file-size bound: a later charge never commits without its record', async () => {
+    const file = newFile();
+    const store = await openStore(file, { maxFileBytes: 64 * 1024 });
+    await store.transaction((db) =>
+      db.run('CREATE TABLE effects (idempotency_key TEXT NOT NULL, note BLOB)'),
+    );
+    const other = await openStore(file);
+    const id = newId();
+    const ticket = await claimTicket(store, id);
+    const tx = await store.begin(ticket);
+
+    // A best-effort write too large for the bound fails (SQLITE_FULL); the tool catches it, and
+    // charges anyway.
+    expect(() => tx.run('INSERT INTO effects VALUES (?, ?)', 'log', new Uint8Array(128 * 1024))).toThrow(
+      /full/,
+    );
+    let refused: unknown;
+    try {
+      tx.run('INSERT INTO effects VALUES (?, NULL)', id.idempotencyKey);
+    } catch (error) {
+      refused = error;
+    }
+
+    // The process dies before its record: the charge must not stand on its own.
+    const charges = () =>
+      other.read(
+        (db) => db.get('SELECT count(*) AS n FROM effects WHERE idempotency_key = ?', id.idempotencyKey)?.n,
+      );
+    expect(await charges()).toBe(0);
+    expect(String(refused)).toMatch(/an earlier statement failed/);
+    expect(await store.complete(ticket, ERROR, RETENTION_MS)).toBe(true);
+    expect(await charges()).toBe(0);
+  });
 });
 
 describe("a server's reads of its own tables", () => {

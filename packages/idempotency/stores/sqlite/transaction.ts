@@ -28,14 +28,14 @@ export interface SqliteStatements {
   all(sql: string, ...params: SqlValue[]): SqlRow[];
 }
 
-/** Statements that would end the record's transaction under it. */
-const ENDS_TRANSACTION = /^\s*(BEGIN|COMMIT|END|ROLLBACK(?!\s+TO\b))\b/i;
-
 /**
  * A keyed call's transaction, for a tool that writes to the file the records are in: what it
  * writes commits with the call's record, or not at all. A statement of the tool's that fails
- * dooms the whole transaction, as in Postgres: nothing the tool wrote stands, and its answer is
- * recorded on its own.
+ * dooms the whole transaction, as in Postgres: every statement after it is refused, nothing the
+ * tool wrote stands, and its answer is recorded on its own. (SQLite itself may have rolled the
+ * transaction back, as it can on SQLITE_FULL, and would run a later statement on its own, in a
+ * commit of its own: a charge with no record.) A statement that would end the transaction under
+ * the record (COMMIT, ROLLBACK, END, BEGIN, however written) is refused before it runs.
  */
 export class SqliteTransaction implements SqliteStatements {
   private ended = false;
@@ -45,15 +45,15 @@ export class SqliteTransaction implements SqliteStatements {
   constructor(private readonly db: SqliteConnection) {}
 
   run(sql: string, ...params: SqlValue[]): number {
-    return this.statement(sql, () => this.db.run(sql, ...params));
+    return this.statement(sql, params, () => this.db.run(sql, ...params));
   }
 
   get(sql: string, ...params: SqlValue[]): SqlRow | undefined {
-    return this.statement(sql, () => this.db.get(sql, ...params));
+    return this.statement(sql, params, () => this.db.get(sql, ...params));
   }
 
   all(sql: string, ...params: SqlValue[]): SqlRow[] {
-    return this.statement(sql, () => this.db.all(sql, ...params));
+    return this.statement(sql, params, () => this.db.all(sql, ...params));
   }
 
   /** Whether a statement failed (nothing written stands); for the store. */
@@ -66,9 +66,21 @@ export class SqliteTransaction implements SqliteStatements {
     this.ended = true;
   }
 
-  private statement<T>(sql: string, run: () => T): T {
+  private statement<T>(sql: string, params: SqlValue[], run: () => T): T {
     if (this.ended) throw new Error("the idempotency record's transaction has ended: write before returning");
-    if (ENDS_TRANSACTION.test(sql))
+    if (this.doomed)
+      throw new Error(
+        "an earlier statement failed in the idempotency record's transaction: nothing it wrote stands, and no statement may follow",
+      );
+    let ends: boolean;
+    try {
+      ends = endsTransaction(this.db, sql, params);
+    } catch (error) {
+      // Not even a statement SQLite can compile: the tool's own error, and the transaction's end.
+      this.doomed = true;
+      throw error;
+    }
+    if (ends)
       throw new Error(
         "the idempotency store commits the record's transaction, with the record: not the tool",
       );
@@ -77,8 +89,30 @@ export class SqliteTransaction implements SqliteStatements {
     } catch (error) {
       this.doomed = true;
       throw error;
+    } finally {
+      // However it came to end (a statement SQLite rolled back for), it is over for the tool too.
+      if (this.db.inTransaction === false) this.doomed = true;
     }
   }
+}
+
+/** The statement texts each connection has compiled and found not to end a transaction. */
+const KEEPS_TRANSACTION = new WeakMap<SqliteConnection, Set<string>>();
+
+/**
+ * Whether `sql` would begin or end a transaction, as SQLite compiles it: its program (EXPLAIN)
+ * holds an AutoCommit instruction (BEGIN, COMMIT, END, ROLLBACK; never SAVEPOINT, RELEASE or
+ * ROLLBACK TO, which stay within it). SQLite's own reading, whatever comments or case the text
+ * holds; compiled once per text and connection.
+ */
+function endsTransaction(db: SqliteConnection, sql: string, params: SqlValue[]): boolean {
+  const known = KEEPS_TRANSACTION.get(db) ?? new Set<string>();
+  if (known.has(sql)) return false;
+  const program = db.all(`EXPLAIN ${sql}`, ...params);
+  if (program.some((step) => step.opcode === 'AutoCommit')) return true;
+  known.add(sql);
+  KEEPS_TRANSACTION.set(db, known);
+  return false;
 }
 
 /**
