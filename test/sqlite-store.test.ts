@@ -709,6 +709,32 @@ describe('fail closed: a file the store cannot use never means executing without
     expect(await store.claim(recorded, FINGERPRINT, LEASE_MS)).toMatchObject({ response: RESULT });
   });
 
+  it('executes a call whose response can never fit under the size bound once: its retries answer full', async () => {
+    const store = await openStore(newFile(), { maxFileBytes: 256 * 1024 });
+    const leaseMs = 300;
+    const guard = createToolCallGuard({
+      store,
+      providerKeyRetentionMs: 0,
+      retentionMs: RETENTION_MS,
+      leaseMs,
+    });
+    let executions = 0;
+    const call = () =>
+      guard({ name: 'report', arguments: {}, idempotencyKey: 'too-large' }, {}, async () => {
+        executions += 1;
+        return { content: [{ type: 'text', text: 'x'.repeat(300_000) }] };
+      });
+
+    const first = await call();
+    // Past the lease, as a client's retry of a lost answer comes.
+    await new Promise((resolve) => setTimeout(resolve, 2 * leaseMs));
+    const retry = await call().catch((error: unknown) => error);
+
+    expect(first).toMatchObject({ content: [{ type: 'text' }] });
+    expect(idempotencyErrorOf(retry)?.type).toBe(IdempotencyErrorType.storeFull);
+    expect(executions).toBe(1);
+  });
+
   it('fails claims closed on a damaged file, saying so, and leaves the file as it was', async () => {
     const file = newFile();
     const store = await openStore(file);

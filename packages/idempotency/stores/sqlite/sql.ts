@@ -18,7 +18,9 @@ export const SWEEP_ROWS = 256;
 //                  `expires_at` (the lease). A continuation's claim keeps the awaiting-input
 //                  record it took over in `response`, `bytes` and `resumed_until`, for `release`.
 //   awaitingInput  a round answered `input_required`: `response` is that answer.
-//   completed      the final response, replayed to every retry until `expires_at` (retention).
+//   completed      the final response, replayed to every retry until `expires_at` (retention);
+//                  with `response` NULL, one that could not be kept under the file's size bound:
+//                  the key answers `full` until then, and never executes again to the same end.
 // `response` is the JSON text exactly as the dispatch answered; `bytes` its length in characters,
 // counted against the caller's quota. Times are ms since the epoch. A row whose `expires_at` has
 // passed is as good as absent: every statement below ignores it.
@@ -92,6 +94,10 @@ export const SQL = {
   // ? state, response, bytes, expires_at, then MINE's.
   settle: `UPDATE sep3182_idem_records SET state = ?, response = ?, bytes = ?, expires_at = ?, token = NULL,
       holder_pid = NULL, holder_started = NULL, holder_host = NULL, resumed_until = NULL
+    WHERE ${MINE}`,
+  // ? expires_at, then MINE's: a completed record with no response (too large for the file's bound).
+  markFull: `UPDATE sep3182_idem_records SET state = 'completed', response = NULL, bytes = 0, expires_at = ?,
+      token = NULL, holder_pid = NULL, holder_started = NULL, holder_host = NULL, resumed_until = NULL
     WHERE ${MINE}`,
   release: `DELETE FROM sep3182_idem_records WHERE ${MINE}`,
   putBack: `UPDATE sep3182_idem_records SET state = 'awaitingInput', expires_at = resumed_until, token = NULL,

@@ -563,8 +563,24 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
     try {
       return recorded(await this.write(record));
     } catch (error) {
+      // At the file's size bound the response cannot be kept, now or on any retry: the key then
+      // answers `full` for the record's retention, rather than each retry after the lease
+      // executing again to the same end. (The marker is smaller than the claim it replaces.)
+      if (sqliteCodeOf(error) === 'SQLITE_FULL')
+        await this.write((db) => this.markFullIn(db, ticket, retention)).catch(() => {});
       throw unavailable(this.path, error);
     }
+  }
+
+  /** The claim replaced by a record of no response: its key answers `full` (see `answerOf`). */
+  private markFullIn(db: SqliteConnection, ticket: ClaimTicket, retentionMs: number): void {
+    const now = this.now();
+    const mine = [ticket.scope, ticket.idempotencyKey, ticket.token, now] as const;
+    const claim = db.get(SQL.mine, ...mine);
+    if (!claim) return;
+    const expiresAt = now + retentionMs;
+    db.run(SQL.markFull, expiresAt, ...mine);
+    db.run(SQL.count, ticket.scope, 0, -integer(claim.bytes), expiresAt);
   }
 
   /** The claim settled, in a write transaction: the record's expiry, or undefined if the claim lost its key. */
@@ -651,6 +667,8 @@ function answerOf(held: HeldRow, now: number, fingerprint: Fingerprint, continua
   if (held.expiresAt <= now) return undefined;
   if (held.state === 'inProgress' && (!held.holder || isGone(held.holder))) return undefined;
   if (held.state === 'awaitingInput' && continuation && held.fingerprint === fingerprint) return undefined;
+  // A response too large for the file's bound was executed once and could not be kept.
+  if (held.state === 'completed' && held.response === null) return { state: 'full' } as const;
   return claimOfHeld(
     { state: held.state, fingerprint: held.fingerprint, response: parsedJson(held.response) },
     () => JSON.stringify(held),
