@@ -365,6 +365,55 @@ describe('a holder process, alive or dead', () => {
     2 * START_TIMEOUT_MS,
   );
 
+  it(
+    'answers in progress for a live holder when the claiming process cannot read /proc (out of file descriptors)',
+    async () => {
+      const file = newFile();
+      const store = await openStore(file);
+      const id = newId();
+      await claimTicket(store, id);
+
+      // Another server on the file, at its descriptor limit: every read of /proc fails (EMFILE).
+      const starved = join(import.meta.dirname, 'support', 'sqlite-starved.ts');
+      const command = `ulimit -n 200; exec "${process.execPath}" --import tsx "${starved}" "$@"`;
+      const printed = execFileSync('sh', ['-c', command, 'sh', file, id.scope, id.idempotencyKey], {
+        encoding: 'utf8',
+        timeout: START_TIMEOUT_MS,
+      });
+      const answer = JSON.parse(printed);
+
+      // This process, the holder, is running: its key is not free to execute again.
+      expect(answer.descriptorsTaken).toBeGreaterThan(0);
+      expect(answer.state).toBe('inProgress');
+    },
+    2 * START_TIMEOUT_MS,
+  );
+
+  it("keeps a live holder's key through a forward step of the wall clock, and the holder still records it", async () => {
+    const file = newFile();
+    let step = 0;
+    const holding = await openStore(file, { now: () => Date.now() + step });
+    // Another server on the file, reading the clock after it stepped past the lease (120 s).
+    const stepped = await openStore(file, { now: () => Date.now() + LEASE_MS + 1_000 });
+    const id = newId();
+    const ticket = await claimTicket(holding, id);
+    step = LEASE_MS + 1_000;
+
+    expect(await stepped.claim(id, OTHER_FINGERPRINT, LEASE_MS)).toStrictEqual({
+      state: 'inProgress',
+      fingerprint: FINGERPRINT,
+    });
+    // Enough claims of other keys to sweep the file: the running call's claim is no expired row.
+    for (let n = 0; n < 64; n++) await claimTicket(stepped, newId('others'));
+    expect(await holding.renew(ticket, LEASE_MS)).toBe(true);
+    expect(await holding.complete(ticket, RESULT, RETENTION_MS)).toBe(true);
+    expect(await stepped.claim(id, OTHER_FINGERPRINT, LEASE_MS)).toStrictEqual({
+      state: 'completed',
+      fingerprint: FINGERPRINT,
+      response: RESULT,
+    });
+  });
+
   it('leaves the claims of a store that closed to be taken at once, as an exited process does', async () => {
     const file = newFile();
     const [leaving, staying] = [await openStore(file), await openStore(file)];
@@ -508,6 +557,67 @@ describe("a tool's writes in its record's transaction", () => {
     for (const sql of ['COMMIT', 'rollback', ' END TRANSACTION', 'BEGIN'])
       expect(() => tx.run(sql), sql).toThrow(/commits the record's transaction/);
   });
+
+  it.each([
+    ['a comment before it', '/* x */ COMMIT'],
+    ['a line comment before it', '-- x\nCOMMIT'],
+  ])(
+    'refuses a COMMIT with %s: the write still waits for its record, and commits with it',
+    async (_, sql) => {
+      const { file, store, effectsOf } = await setUp();
+      const other = await openStore(file);
+      const id = newId();
+      const ticket = await claimTicket(store, id);
+      const tx = await store.begin(ticket);
+      tx.run('INSERT INTO effects VALUES (?)', id.idempotencyKey);
+
+      expect(() => tx.run(sql)).toThrow(/commits the record's transaction/);
+
+      // Another connection sees neither the write nor a record yet; then both, together.
+      const read = () => other.read((db) => db.get('SELECT count(*) AS n FROM effects')?.n);
+      expect(await read()).toBe(0);
+      expect(await store.complete(ticket, RESULT, RETENTION_MS)).toBe(true);
+      expect(await effectsOf(id)).toBe(1);
+      expect(await other.claim(id, FINGERPRINT, LEASE_MS)).toMatchObject({
+        state: 'completed',
+        response: RESULT,
+      });
+    },
+  );
+
+  it('refuses every statement after one failed at the file-size bound: a later charge never commits without its record', async () => {
+    const file = newFile();
+    const store = await openStore(file, { maxFileBytes: 64 * 1024 });
+    await store.transaction((db) =>
+      db.run('CREATE TABLE effects (idempotency_key TEXT NOT NULL, note BLOB)'),
+    );
+    const other = await openStore(file);
+    const id = newId();
+    const ticket = await claimTicket(store, id);
+    const tx = await store.begin(ticket);
+
+    // A best-effort write too large for the bound fails (SQLITE_FULL); the tool catches it, and
+    // charges anyway.
+    expect(() => tx.run('INSERT INTO effects VALUES (?, ?)', 'log', new Uint8Array(128 * 1024))).toThrow(
+      /full/,
+    );
+    let refused: unknown;
+    try {
+      tx.run('INSERT INTO effects VALUES (?, NULL)', id.idempotencyKey);
+    } catch (error) {
+      refused = error;
+    }
+
+    // The process dies before its record: the charge must not stand on its own.
+    const charges = () =>
+      other.read(
+        (db) => db.get('SELECT count(*) AS n FROM effects WHERE idempotency_key = ?', id.idempotencyKey)?.n,
+      );
+    expect(await charges()).toBe(0);
+    expect(String(refused)).toMatch(/an earlier statement failed/);
+    expect(await store.complete(ticket, ERROR, RETENTION_MS)).toBe(true);
+    expect(await charges()).toBe(0);
+  });
 });
 
 describe("a server's reads of its own tables", () => {
@@ -624,6 +734,32 @@ describe('fail closed: a file the store cannot use never means executing without
     expect(await store.claim(recorded, FINGERPRINT, LEASE_MS)).toMatchObject({ response: RESULT });
   });
 
+  it('executes a call whose response can never fit under the size bound once: its retries answer full', async () => {
+    const store = await openStore(newFile(), { maxFileBytes: 256 * 1024 });
+    const leaseMs = 300;
+    const guard = createToolCallGuard({
+      store,
+      providerKeyRetentionMs: 0,
+      retentionMs: RETENTION_MS,
+      leaseMs,
+    });
+    let executions = 0;
+    const call = () =>
+      guard({ name: 'report', arguments: {}, idempotencyKey: 'too-large' }, {}, async () => {
+        executions += 1;
+        return { content: [{ type: 'text', text: 'x'.repeat(300_000) }] };
+      });
+
+    const first = await call();
+    // Past the lease, as a client's retry of a lost answer comes.
+    await new Promise((resolve) => setTimeout(resolve, 2 * leaseMs));
+    const retry = await call().catch((error: unknown) => error);
+
+    expect(first).toMatchObject({ content: [{ type: 'text' }] });
+    expect(idempotencyErrorOf(retry)?.type).toBe(IdempotencyErrorType.storeFull);
+    expect(executions).toBe(1);
+  });
+
   it('fails claims closed on a damaged file, saying so, and leaves the file as it was', async () => {
     const file = newFile();
     const store = await openStore(file);
@@ -664,7 +800,7 @@ describe('fail closed: a file the store cannot use never means executing without
     const newer = newFile();
     await (await openStore(newer)).transaction((db) => db.run('UPDATE sep3182_idem_schema SET version = 7'));
     await expect(SqliteIdempotencyStore.open(newer)).rejects.toThrow(
-      `${newer}: it holds idempotency records of schema version 7; this store reads version 1 (a newer package wrote it?)`,
+      `${newer}: it holds idempotency records of schema version 7; this store reads version 2 (a newer package wrote it?)`,
     );
 
     const foreign = newFile();

@@ -2,8 +2,9 @@
 //
 // The same idea on one machine: when the records live in a SQLite file, the ledger lives in that
 // file too, and a keyed charge writes through its record's transaction
-// (packages/idempotency/stores/sqlite/store.ts), so a process killed at any point leaves both the
-// charge and its record, or neither. A charge without a key writes in a transaction of its own.
+// (packages/idempotency/stores/sqlite/transaction.ts), so a process killed at any point leaves
+// both the charge and its record, or neither. A charge without a key writes in a transaction of
+// its own.
 
 import { setTimeout as sleep } from 'node:timers/promises';
 import {

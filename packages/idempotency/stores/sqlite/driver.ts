@@ -48,6 +48,10 @@ interface RawDatabase {
   prepare(sql: string): RawStatement;
   exec(sql: string): void;
   close(): void;
+  /** better-sqlite3: whether a transaction is open. */
+  readonly inTransaction?: boolean;
+  /** node:sqlite (Node 22.16 and 24): the same. */
+  readonly isTransaction?: boolean;
 }
 
 type RawDatabaseConstructor = new (path: string) => RawDatabase;
@@ -139,6 +143,14 @@ export class SqliteConnection {
     return this.prepared(sql)
       .all(...params)
       .filter(isRow);
+  }
+
+  /**
+   * Whether a transaction is open on this connection, as SQLite says (not in autocommit mode), or
+   * undefined where the binding does not say (node:sqlite before Node 22.16).
+   */
+  get inTransaction(): boolean | undefined {
+    return this.db.inTransaction ?? this.db.isTransaction;
   }
 
   close(): void {

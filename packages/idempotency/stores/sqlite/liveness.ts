@@ -16,6 +16,8 @@
 //     runs nothing and holds no file) is seen at the next claim. A pid reused is seen as gone.
 //   - A holder on another boot, or in another pid namespace (another container on the file):
 //     not judged, so taken as alive: its claim holds its key until its lease ends.
+//   - A holder the kernel will not show (this process out of file descriptors, a /proc mounted
+//     `hidepid`): taken as alive. Only "no such process" frees a key early, never a failed read.
 //   - Elsewhere (macOS, Windows): no start time to read; a pid that answers `kill(pid, 0)` is
 //     taken as alive, so a reused pid errs on the safe side (the lease), never the other.
 
@@ -31,20 +33,25 @@ export interface ProcessIdentity {
   host: string;
 }
 
-/** Field 22 of /proc/<pid>/stat, and field 3 (the state), or undefined if there is no such process. */
-function statOf(pid: number): { state: string; started: string } | undefined {
+/**
+ * Field 22 of /proc/<pid>/stat, and field 3 (the state); `gone` if there is no such process;
+ * `unknown` if the kernel would not say. Only the kernel's "no such process" means gone: a read
+ * that fails otherwise (EMFILE in a process out of descriptors, EACCES) might hide a live holder,
+ * and so might a missing entry under a /proc mounted `hidepid`, which `kill(pid, 0)` sees through.
+ */
+function statOf(pid: number): { state: string; started: string } | 'gone' | 'unknown' {
   let stat: string;
   try {
     stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
-  } catch {
-    return undefined;
+  } catch (error) {
+    return Reflect.get(Object(error), 'code') === 'ENOENT' && !answersSignals(pid) ? 'gone' : 'unknown';
   }
   // Field 2 is the command in parentheses, which may itself hold spaces and parentheses: the
   // fields after the last ')' are split plainly, field 3 first.
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   const state = fields[0];
   const started = fields[22 - 3];
-  return state && started ? { state, started } : undefined;
+  return state && started ? { state, started } : 'unknown';
 }
 
 function linuxHost(): string | undefined {
@@ -58,9 +65,11 @@ function linuxHost(): string | undefined {
 
 const LINUX_HOST = process.platform === 'linux' ? linuxHost() : undefined;
 
+const ownStat = LINUX_HOST ? statOf(process.pid) : 'unknown';
+
 /** This process, as a claim names its holder. */
 export const THIS_PROCESS: ProcessIdentity = LINUX_HOST
-  ? { pid: process.pid, started: statOf(process.pid)?.started ?? null, host: LINUX_HOST }
+  ? { pid: process.pid, started: typeof ownStat === 'object' ? ownStat.started : null, host: LINUX_HOST }
   : { pid: process.pid, started: null, host: `${process.platform}:${hostname()}` };
 
 /**
@@ -72,14 +81,30 @@ export function isGone(holder: ProcessIdentity): boolean {
   if (holder.pid === THIS_PROCESS.pid && holder.started === THIS_PROCESS.started) return false;
   if (LINUX_HOST) {
     const stat = statOf(holder.pid);
+    if (stat === 'gone') return true;
+    if (stat === 'unknown') return false;
     // Z: exited, not yet reaped; X: dead. Neither runs the call, nor holds its transaction.
-    return !stat || stat.state === 'Z' || stat.state === 'X' || stat.started !== holder.started;
+    return stat.state === 'Z' || stat.state === 'X' || stat.started !== holder.started;
   }
+  return !answersSignals(holder.pid);
+}
+
+/** Whether a process of this pid exists (`kill(pid, 0)`): only ESRCH says it does not. */
+function answersSignals(pid: number): boolean {
   try {
-    process.kill(holder.pid, 0);
-    return false;
+    process.kill(pid, 0);
+    return true;
   } catch (error) {
     // EPERM: the process exists, under another user.
-    return Reflect.get(Object(error), 'code') === 'ESRCH';
+    return Reflect.get(Object(error), 'code') !== 'ESRCH';
   }
+}
+
+/**
+ * The machine's monotonic clock in ms (CLOCK_MONOTONIC, one clock for every process of a boot on
+ * Linux, which no wall-clock step moves), or null where a claim's host does not name the boot it
+ * means something in: a lease on it is judged only by processes of the same `host`.
+ */
+export function monotonicMs(): number | null {
+  return LINUX_HOST ? Number(process.hrtime.bigint() / 1_000_000n) : null;
 }

@@ -14,6 +14,16 @@
 // A replay, a conflict and an in-progress answer are one read, which no writer blocks (WAL); a
 // first execution is two short write transactions.
 //
+// --- Two commits, not one held across the tool ---
+// One BEGIN IMMEDIATE held from the claim to the record would save the second commit: 9.6 µs at
+// NORMAL (28 against 18 µs for the statements alone, bench/sqlite.ts), 290 µs at FULL (an fsync).
+// It is not taken, because an uncommitted claim is invisible to every other process: a duplicate
+// there finds no record, must write to claim, and waits on the file's write lock instead of
+// answering in progress at once; every other first execution, in every process, waits for the
+// tool; and a tool that hangs (or a process stopped, not dead) holds the lock with no lease to end
+// it, so every process fails closed past its busy timeout. The store cannot know a tool will be
+// short before it runs. Two commits keep a claim one row that others read, under a lease.
+//
 // --- One writer at a time, and nobody waits with the event loop held ---
 // SQLite lets one connection write at a time; readers never wait (WAL). Every write transaction
 // here is BEGIN IMMEDIATE (the file's write lock taken first, so two processes can never both read
@@ -31,6 +41,17 @@
 // says why a pid alone is not enough). A claim that finds an in-progress record whose holder is
 // gone takes the key as free at once; a live holder, however slow, still answers in progress, and
 // the lease stays the backstop (a holder this machine cannot judge: another pid namespace).
+//
+// --- A step of the wall clock ---
+// Times in the file are the wall clock's, which every process and every restart reads alike, and
+// which NTP, or a VM or laptop resumed, may step. A claim's lease is also kept on its machine's
+// monotonic clock (liveness.ts: one clock for every process of a boot, never stepped), and a
+// claimant of the same machine judges a live holder's lease by that clock alone: a step forward
+// past the lease neither frees the key of a call still running nor fails its renewal or record.
+// What a step can still do: forward, end completed and awaiting-input records early (retention
+// is on the wall clock; a retry after it executes again), and end the lease of a holder this
+// machine cannot judge (another pid namespace or boot, or a system other than Linux), whose key
+// another process may then take while it runs; backward, lengthen both by the step.
 //
 // --- Durability: synchronous = NORMAL by default, chosen ---
 // WAL, and `PRAGMA synchronous = NORMAL`: a commit is written to the WAL file, not fsynced; the
@@ -50,27 +71,17 @@
 // the failure to survive, and two fsyncs would cost a stdio call more than the whole guard does.
 //
 // --- The tool's writes and the record, in one transaction ---
-// A tool whose writes go to the same file (a balance, an order table) may ask for the call's
-// transaction (`sqliteTransaction()`, through the guard's execution context): the store begins it
-// (BEGIN IMMEDIATE, on a connection of its own), the tool writes through it, and `complete` records
-// the response in it and commits: the side effect and its record are durable together, or neither
-// is. A process killed at any point leaves neither (SQLite discards an uncommitted transaction),
-// and its claim's holder is dead, so the retry takes the key over at once and executes once.
-// The price is SQLite's: the transaction holds the file's one write lock from its BEGIN to its
-// record, so every other claim of a free key, in every process, waits for it (duplicates do not:
-// they only read). Ask for it just before writing, write, and return: a tool that calls a
-// foreign system must not ask, since a transaction cannot undo that call (Brandur Leach: commit
-// before any foreign call); it gets the provider's idempotency key instead (`providerKey`).
+// A tool whose writes go to the same file may ask for the call's transaction: its writes commit
+// with the record, or neither does (transaction.ts says how, and what it costs every other claim).
 //
 // --- Schema ---
-// Plain SQL below (`SCHEMA`), created at open, or migrated from an earlier version; a file that
-// is not a SQLite database, or holds a schema this store did not write, is refused with an error
-// that says so, and never reset. The tables are named `sep3182_idem_*`, so the file may hold a
-// server's own tables too (the demo's ledger does).
+// Plain SQL (sql.ts), created at open, or migrated from an earlier version; a file that is not a
+// SQLite database, or holds a schema this store did not write, is refused with an error that says
+// so, and never reset. The tables are named `sep3182_idem_*`, so the file may hold a server's own
+// tables too.
 
 import { randomUUID } from 'node:crypto';
 import { realpathSync, type Stats, statSync } from 'node:fs';
-import { currentExecution } from '../../core/execution.js';
 import type { Fingerprint } from '../../core/fingerprint.js';
 import {
   type Claim,
@@ -92,13 +103,11 @@ import {
   SqliteConnection,
   type SqliteDriverName,
   type SqlRow,
-  type SqlValue,
   sqliteCodeOf,
   sqliteDriverName,
-  sqliteMessageOf,
 } from './driver.js';
+import { configure, migrate, type SqliteSynchronous, transact, unavailable, untilNotBusy } from './file.js';
 import {
-  BusyError,
   CLEAR_SEEN_WITHIN_MS,
   type KnownReplays,
   leftInProcess,
@@ -106,30 +115,30 @@ import {
   sharedInProcess,
   slotOf,
 } from './in-process.js';
-import { isGone, type ProcessIdentity, THIS_PROCESS } from './liveness.js';
+import { isGone, monotonicMs, type ProcessIdentity, THIS_PROCESS } from './liveness.js';
+import { SQL } from './sql.js';
+import {
+  readOwn,
+  type SqliteStatements,
+  type SqliteTransaction,
+  ToolTransactions,
+  writeOwn,
+} from './transaction.js';
 
 export type { SqliteDriverName, SqlRow, SqlValue } from './driver.js';
+export type { SqliteSynchronous } from './file.js';
+export { type SqliteStatements, SqliteTransaction, sqliteTransaction } from './transaction.js';
 
 /**
  * How long a write waits for the file's write lock before the call fails closed. Another claim
  * holds it for tens of microseconds; a tool writing in its record's transaction, for as long as
- * that tool runs after its first write (the demo's slow charge: 0.8 s). Five seconds outlasts any
+ * that tool runs after its first write (a slow charge: about a second). Five seconds outlasts any
  * tool that keeps its transaction short, and is still an answer a caller can act on ("retry
  * later, same key") rather than a hang.
  */
 export const DEFAULT_SQLITE_BUSY_TIMEOUT_MS = 5_000;
 
-/** The durability a commit is given: see the file header for what each survives, and its cost. */
-export type SqliteSynchronous = 'normal' | 'full';
-
 export const DEFAULT_SQLITE_SYNCHRONOUS: SqliteSynchronous = 'normal';
-
-/**
- * The first retry of a write that found the file locked comes after 1 ms (another claim holds the
- * lock for tens of µs), then doubling to this: a tool's transaction holds it for longer, and a
- * waiter learns it is free at most this late.
- */
-const MAX_BUSY_BACKOFF_MS = 16;
 
 /**
  * Every this many claims that write, a claim also looks at the next SWEEP_ROWS records (in key
@@ -138,23 +147,6 @@ const MAX_BUSY_BACKOFF_MS = 16;
  * needs the room. About 1 µs a claim, on average.
  */
 const SWEEP_EVERY = 64;
-const SWEEP_ROWS = 256;
-
-/**
- * How many pages the WAL may grow to before a commit copies them back into the file (SQLite's
- * default is 1,000: 4 MB). A checkpoint fsyncs the WAL and the file, even at synchronous=NORMAL,
- * so its cost is two fsyncs whatever it copies, and a page written by many commits is copied once:
- * at 1,000 pages a first execution (two commits of two pages each) paid for a checkpoint every
- * 250 calls, about 55 µs a call on this project's 2-core VM; at 10,000 about a tenth of it. The WAL
- * file then grows to about 40 MB, and is cut back to JOURNAL_SIZE_LIMIT after each checkpoint.
- */
-const WAL_CHECKPOINT_PAGES = 10_000;
-
-/** What the WAL file is cut back to once checkpointed, so an idle server keeps no 40 MB file. */
-const JOURNAL_SIZE_LIMIT_BYTES = 4 * 1024 * 1024;
-
-/** The schema version this store writes, and reads. */
-const SCHEMA_VERSION = 1;
 
 /** What SQLite's page size makes of `maxFileBytes` (the default page size, which the store keeps). */
 const PAGE_BYTES = 4_096;
@@ -174,186 +166,6 @@ export interface SqliteStoreOptions extends ScopeQuotaOptions {
   now?: () => number;
 }
 
-// --- The schema ---
-//
-// One row per (scope, idempotency_key), the key's state in `state`:
-//   inProgress     a claim whose call runs: `token` (unique per claim), its holder process
-//                  (`holder_pid`, `holder_started`, `holder_host`; NULL once its store closed),
-//                  `expires_at` (the lease). A continuation's claim keeps the awaiting-input
-//                  record it took over in `response`, `bytes` and `resumed_until`, for `release`.
-//   awaitingInput  a round answered `input_required`: `response` is that answer.
-//   completed      the final response, replayed to every retry until `expires_at` (retention).
-// `response` is the JSON text exactly as the dispatch answered; `bytes` its length in characters,
-// counted against the caller's quota. Times are ms since the epoch. A row whose `expires_at` has
-// passed is as good as absent: every statement below ignores it.
-// WITHOUT ROWID: the table is its primary key's B-tree, so a claim writes one page, not a table
-// page and an index page. There is no index on the expiry, which every write would move: a
-// caller's expired rows are found by its quota (`usage.next_expiry`), the rest by the sweep.
-// `usage` is what each scope's rows add up to, expired or not, kept by every write: a claim reads
-// its caller's quota from one row, however many records the caller holds. `next_expiry` is a lower
-// bound of its rows' expiries: until then, none of them can have expired, and a caller at its
-// quota is refused without counting. `schema` holds the version, and how many times the file was
-// cleared: a process that remembers replays (in-process.ts) forgets them when that changes.
-const SCHEMA = `
-CREATE TABLE sep3182_idem_records (
-  scope           TEXT    NOT NULL,
-  idempotency_key TEXT    NOT NULL,
-  state           TEXT    NOT NULL CHECK (state IN ('inProgress', 'awaitingInput', 'completed')),
-  fingerprint     TEXT    NOT NULL,
-  response        TEXT,
-  bytes           INTEGER NOT NULL DEFAULT 0,
-  expires_at      INTEGER NOT NULL,
-  token           TEXT,
-  holder_pid      INTEGER,
-  holder_started  TEXT,
-  holder_host     TEXT,
-  resumed_until   INTEGER,
-  PRIMARY KEY (scope, idempotency_key)
-) WITHOUT ROWID;
-CREATE TABLE sep3182_idem_usage (
-  scope       TEXT    PRIMARY KEY,
-  records     INTEGER NOT NULL,
-  bytes       INTEGER NOT NULL,
-  next_expiry INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE sep3182_idem_schema (version INTEGER NOT NULL, clears INTEGER NOT NULL DEFAULT 0);
-INSERT INTO sep3182_idem_schema (version) VALUES (0);`;
-
-/**
- * SQL that brings a file's schema from version i to version i + 1. One entry so far; a later
- * version appends its own, and a file of any earlier version is brought up to date at open.
- */
-const MIGRATIONS: readonly string[] = [SCHEMA];
-
-// Each statement that settles a claim changes the row only while it still holds that exact live
-// claim: a claim that lost its key (its lease ran out, or the key was taken over) changes nothing.
-const MINE = `scope = ? AND idempotency_key = ? AND token = ? AND state = 'inProgress' AND expires_at > ?`;
-
-const SQL = {
-  find: `SELECT state, fingerprint, response, bytes, expires_at, holder_pid, holder_started, holder_host
-    FROM sep3182_idem_records WHERE scope = ? AND idempotency_key = ?`,
-  usage: 'SELECT records, bytes, next_expiry FROM sep3182_idem_usage WHERE scope = ?',
-  // ? scope, key, fingerprint, expires_at, token, holder pid, started, host
-  claim: `INSERT INTO sep3182_idem_records (scope, idempotency_key, state, fingerprint, expires_at, token,
-      holder_pid, holder_started, holder_host)
-    VALUES (?, ?, 'inProgress', ?, ?, ?, ?, ?, ?)
-    ON CONFLICT (scope, idempotency_key) DO UPDATE SET state = 'inProgress', fingerprint = excluded.fingerprint,
-      response = NULL, bytes = 0, expires_at = excluded.expires_at, token = excluded.token,
-      holder_pid = excluded.holder_pid, holder_started = excluded.holder_started,
-      holder_host = excluded.holder_host, resumed_until = NULL`,
-  // ? token, expires_at, holder pid, started, host, scope, key: the row keeps its response and size, for release.
-  resume: `UPDATE sep3182_idem_records SET state = 'inProgress', token = ?, resumed_until = expires_at,
-      expires_at = ?, holder_pid = ?, holder_started = ?, holder_host = ?
-    WHERE scope = ? AND idempotency_key = ?`,
-  // ? scope, records, bytes, next expiry: added to what the scope holds.
-  count: `INSERT INTO sep3182_idem_usage (scope, records, bytes, next_expiry) VALUES (?, ?, ?, ?)
-    ON CONFLICT (scope) DO UPDATE SET records = records + excluded.records, bytes = bytes + excluded.bytes,
-      next_expiry = min(next_expiry, excluded.next_expiry)`,
-  // ? records, bytes (negative), scope: what a row that goes took.
-  uncount: 'UPDATE sep3182_idem_usage SET records = records + ?, bytes = bytes + ? WHERE scope = ?',
-  forgetEmpty: 'DELETE FROM sep3182_idem_usage WHERE scope = ? AND records <= 0',
-  mine: `SELECT bytes, resumed_until FROM sep3182_idem_records WHERE ${MINE}`,
-  // ? state, response, bytes, expires_at, then MINE's.
-  settle: `UPDATE sep3182_idem_records SET state = ?, response = ?, bytes = ?, expires_at = ?, token = NULL,
-      holder_pid = NULL, holder_started = NULL, holder_host = NULL, resumed_until = NULL
-    WHERE ${MINE}`,
-  release: `DELETE FROM sep3182_idem_records WHERE ${MINE}`,
-  putBack: `UPDATE sep3182_idem_records SET state = 'awaitingInput', expires_at = resumed_until, token = NULL,
-      holder_pid = NULL, holder_started = NULL, holder_host = NULL, resumed_until = NULL
-    WHERE ${MINE}`,
-  // ? expires_at, holder pid, started, host, then MINE's.
-  renew: `UPDATE sep3182_idem_records SET expires_at = ?, holder_pid = ?, holder_started = ?, holder_host = ?
-    WHERE ${MINE}`,
-  // The caller's expired rows, but for the key being claimed (its own row is replaced instead).
-  pruneScope: 'DELETE FROM sep3182_idem_records WHERE scope = ? AND expires_at <= ? AND idempotency_key <> ?',
-  recount: `SELECT count(*) AS records, coalesce(sum(bytes), 0) AS bytes, min(expires_at) AS next_expiry
-    FROM sep3182_idem_records WHERE scope = ?`,
-  setUsage: 'UPDATE sep3182_idem_usage SET records = ?, bytes = ?, next_expiry = ? WHERE scope = ?',
-  // ? the last record swept (scope, key), now: of the next SWEEP_ROWS records, the expired ones
-  // (only those become rows here: most sweeps answer none), and where the next sweep goes on from.
-  sweep: `SELECT scope, idempotency_key, bytes FROM (SELECT scope, idempotency_key, bytes, expires_at
-      FROM sep3182_idem_records WHERE (scope, idempotency_key) > (?, ?)
-      ORDER BY scope, idempotency_key LIMIT ${SWEEP_ROWS}) WHERE expires_at <= ?`,
-  sweptTo: `SELECT scope, idempotency_key FROM sep3182_idem_records WHERE (scope, idempotency_key) > (?, ?)
-    ORDER BY scope, idempotency_key LIMIT 1 OFFSET ${SWEEP_ROWS - 1}`,
-  sweepOne: 'DELETE FROM sep3182_idem_records WHERE scope = ? AND idempotency_key = ? AND expires_at <= ?',
-  orphan: `UPDATE sep3182_idem_records SET holder_pid = NULL, holder_started = NULL, holder_host = NULL
-    WHERE token = ? AND state = 'inProgress'`,
-};
-
-// --- What a tool writes through ---
-
-/** The statements a tool runs on the file: `run` answers how many rows changed. */
-export interface SqliteStatements {
-  run(sql: string, ...params: SqlValue[]): number;
-  get(sql: string, ...params: SqlValue[]): SqlRow | undefined;
-  all(sql: string, ...params: SqlValue[]): SqlRow[];
-}
-
-/** Statements that would end the record's transaction under it. */
-const ENDS_TRANSACTION = /^\s*(BEGIN|COMMIT|END|ROLLBACK(?!\s+TO\b))\b/i;
-
-/**
- * A keyed call's transaction, for a tool that writes to the file the records are in: what it
- * writes commits with the call's record, or not at all. A statement of the tool's that fails
- * dooms the whole transaction, as in Postgres: nothing the tool wrote stands, and its answer is
- * recorded on its own.
- */
-export class SqliteTransaction implements SqliteStatements {
-  private ended = false;
-  private doomed = false;
-
-  /** @internal made by the store's `begin` */
-  constructor(private readonly db: SqliteConnection) {}
-
-  run(sql: string, ...params: SqlValue[]): number {
-    return this.statement(sql, () => this.db.run(sql, ...params));
-  }
-
-  get(sql: string, ...params: SqlValue[]): SqlRow | undefined {
-    return this.statement(sql, () => this.db.get(sql, ...params));
-  }
-
-  all(sql: string, ...params: SqlValue[]): SqlRow[] {
-    return this.statement(sql, () => this.db.all(sql, ...params));
-  }
-
-  /** Whether a statement failed (nothing written stands); for the store. */
-  get failed(): boolean {
-    return this.doomed;
-  }
-
-  /** The store's: the record is written, or the transaction rolled back; no statement may follow. */
-  end(): void {
-    this.ended = true;
-  }
-
-  private statement<T>(sql: string, run: () => T): T {
-    if (this.ended) throw new Error("the idempotency record's transaction has ended: write before returning");
-    if (ENDS_TRANSACTION.test(sql))
-      throw new Error(
-        "the idempotency store commits the record's transaction, with the record: not the tool",
-      );
-    try {
-      return run();
-    } catch (error) {
-      this.doomed = true;
-      throw error;
-    }
-  }
-}
-
-/**
- * The transaction of the running tool call's record, for a tool that writes to the file the SQLite
- * store keeps its records in: write through it, and the writes commit with the record, or neither.
- * Undefined outside a keyed call guarded with a SQLite store: write as usual then (`transaction`
- * of the store runs a write of its own). Ask just before writing: it holds the file's write lock.
- */
-export async function sqliteTransaction(): Promise<SqliteTransaction | undefined> {
-  const tx = await currentExecution()?.transaction();
-  return tx instanceof SqliteTransaction ? tx : undefined;
-}
-
 // --- The store ---
 
 /** A record as the store reads it back, checked. */
@@ -364,6 +176,8 @@ interface HeldRow {
   bytes: number;
   expiresAt: number;
   holder: ProcessIdentity | undefined;
+  /** An in-progress claim's lease on its holder machine's monotonic clock, if it has one. */
+  leaseUntil: number | undefined;
 }
 
 /** What a claim's write decided. */
@@ -383,10 +197,8 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
   private readonly realPath: string;
   /** Checks, while it remembers replays, whether another process cleared the file. */
   private readonly clearsCheck: NodeJS.Timeout;
-  /** The connection a tool's transaction runs on, opened the first time one is asked for. */
-  private txConnection: SqliteConnection | undefined;
-  /** The tool transaction open now, if any (one at a time: it holds the file's write lock). */
-  private open: { token: string; tx: SqliteTransaction; db: SqliteConnection } | undefined;
+  /** The transactions its tools write through (transaction.ts). */
+  private readonly tools: ToolTransactions;
   /** Claims this store holds now (by token): on `close`, they are left to be taken at once. */
   private readonly held = new Set<string>();
   private claimsWritten = 0;
@@ -418,6 +230,13 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
     this.clearsCheck = setInterval(() => this.seeClears(), CLEAR_SEEN_WITHIN_MS);
     // A server with nothing else to do may exit.
     this.clearsCheck.unref();
+    this.tools = new ToolTransactions({
+      path,
+      lock: this.lock,
+      busyTimeoutMs: this.busyTimeoutMs,
+      connect: () => this.connect(),
+      checkStillThere: () => this.checkStillThere(),
+    });
   }
 
   /**
@@ -503,32 +322,14 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
     return this.settle(ticket, 'awaitingInput', response, retentionMs);
   }
 
-  /** Begins the claim's transaction (see the file header), once; the tool writes through it. */
-  async begin(ticket: ClaimTicket): Promise<SqliteTransaction> {
-    if (this.open?.token === ticket.token) return this.open.tx;
-    const deadline = performance.now() + this.busyTimeoutMs;
-    try {
-      this.checkStillThere();
-      await this.lock.take(deadline);
-    } catch (error) {
-      throw unavailable(this.path, error);
-    }
-    try {
-      this.txConnection ??= this.connect();
-      const db = this.txConnection;
-      await untilNotBusy(deadline, () => db.run('BEGIN IMMEDIATE'));
-      const tx = new SqliteTransaction(db);
-      this.open = { token: ticket.token, tx, db };
-      return tx;
-    } catch (error) {
-      this.lock.give();
-      throw unavailable(this.path, error);
-    }
+  /** Begins the claim's transaction (transaction.ts), once; the tool writes through it. */
+  begin(ticket: ClaimTicket): Promise<SqliteTransaction> {
+    return this.tools.begin(ticket.token);
   }
 
   async release(ticket: ClaimTicket): Promise<boolean> {
     this.held.delete(ticket.token);
-    this.rollback(ticket);
+    this.tools.rollback(ticket.token);
     try {
       return await this.write((db) => this.releaseIn(db, ticket));
     } catch (error) {
@@ -539,15 +340,14 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
   async renew(ticket: ClaimTicket, leaseMs: number): Promise<boolean> {
     const lease = milliseconds(leaseMs);
     const renew = (db: SqliteConnection) => {
-      const now = this.now();
+      const { now, mine } = this.mine(ticket);
       const { pid, started, host } = THIS_PROCESS;
-      const mine = [ticket.scope, ticket.idempotencyKey, ticket.token, now] as const;
-      return db.run(SQL.renew, now + lease, pid, started, host, ...mine) === 1;
+      return db.run(SQL.renew, now + lease, pid, started, host, leaseOn(monotonicMs(), lease), ...mine) === 1;
     };
     try {
       // The call's own transaction holds the file: renewed in it, committed with the record.
-      const open = this.open;
-      const renewed = open?.token === ticket.token ? renew(open.db) : await this.write(renew);
+      const own = this.tools.connectionOf(ticket.token);
+      const renewed = own ? renew(own) : await this.write(renew);
       if (!renewed) this.held.delete(ticket.token);
       return renewed;
     } catch (error) {
@@ -575,16 +375,8 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
    * back if it throws), waiting its turn for the write lock: for a server's writes to its own
    * tables outside a keyed call (a keyed call's tool writes through `sqliteTransaction()`).
    */
-  async transaction<T>(work: (db: SqliteStatements) => T): Promise<T> {
-    try {
-      return await this.write(work);
-    } catch (error) {
-      // The file failing is the store's to say; a statement of the server's own is its own error.
-      const code = sqliteCodeOf(error);
-      throw error instanceof BusyError || (code && FILE_FAILURES.has(code))
-        ? unavailable(this.path, error)
-        : error;
-    }
+  transaction<T>(work: (db: SqliteStatements) => T): Promise<T> {
+    return writeOwn(this.path, (write) => this.write(write), work);
   }
 
   /**
@@ -593,20 +385,7 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
    * statement that would write is refused (`PRAGMA query_only`).
    */
   async read<T>(work: (db: SqliteStatements) => T): Promise<T> {
-    try {
-      this.db.exec('PRAGMA query_only = ON');
-      try {
-        return transact(this.db, work, 'BEGIN');
-      } finally {
-        this.db.exec('PRAGMA query_only = OFF');
-      }
-    } catch (error) {
-      // A read never fails on a read-only file: SQLITE_READONLY here is `work` writing, its own error.
-      const code = sqliteCodeOf(error);
-      throw code && code !== 'SQLITE_READONLY' && FILE_FAILURES.has(code)
-        ? unavailable(this.path, error)
-        : error;
-    }
+    return readOwn(this.path, this.db, work);
   }
 
   /**
@@ -617,7 +396,7 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
     if (this.closed) return;
     this.closed = true;
     clearInterval(this.clearsCheck);
-    if (this.open) this.rollback({ token: this.open.token });
+    this.tools.close();
     const held = [...this.held];
     this.held.clear();
     if (held.length > 0) {
@@ -627,7 +406,6 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
         // Unwritable now: the claims then end with their lease, as a crashed process's would.
       });
     }
-    this.txConnection?.close();
     this.db.close();
     leftInProcess(this.realPath);
   }
@@ -720,7 +498,8 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
     const live = held !== undefined && held.expiresAt > now;
     if (live && held.state === 'awaitingInput') {
       // The continuation takes the key over; the record's response and size stay, for release.
-      db.run(SQL.resume, token, leaseEnd, pid, started, host, id.scope, id.idempotencyKey);
+      const monotonicEnd = leaseOn(monotonicMs(), leaseMs);
+      db.run(SQL.resume, token, leaseEnd, pid, started, host, monotonicEnd, id.scope, id.idempotencyKey);
       db.run(SQL.count, id.scope, 0, 0, leaseEnd);
       return { state: 'mine', token };
     }
@@ -729,7 +508,18 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
     const ownRecords = held ? 1 : 0;
     const ownBytes = held?.bytes ?? 0;
     if (this.overQuota(db, id, now, ownRecords, ownBytes)) return { state: 'quotaExceeded' };
-    const values = [id.scope, id.idempotencyKey, fingerprint, leaseEnd, token, pid, started, host] as const;
+    const monotonicEnd = leaseOn(monotonicMs(), leaseMs);
+    const values = [
+      id.scope,
+      id.idempotencyKey,
+      fingerprint,
+      leaseEnd,
+      token,
+      pid,
+      started,
+      host,
+      monotonicEnd,
+    ] as const;
     db.run(SQL.claim, ...values);
     db.run(SQL.count, id.scope, 1 - ownRecords, -ownBytes, leaseEnd);
     this.claimsWritten += 1;
@@ -755,7 +545,7 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
       records - ownRecords >= this.maxRecordsPerScope || bytes - ownBytes >= this.maxBytesPerScope;
     if (!usage || !over(integer(usage.records), integer(usage.bytes))) return false;
     if (now < integer(usage.next_expiry)) return true;
-    db.run(SQL.pruneScope, id.scope, now, id.idempotencyKey);
+    db.run(SQL.pruneScope, id.scope, id.idempotencyKey, ...expiredAt(now));
     const exact = db.get(SQL.recount, id.scope);
     const records = integer(exact?.records);
     const bytes = integer(exact?.bytes);
@@ -767,13 +557,13 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
 
   /** Deletes the expired among the next SWEEP_ROWS records, whoever's, and uncounts them. */
   private sweep(db: SqliteConnection, now: number): void {
-    const expired = db.all(SQL.sweep, ...this.sweptTo, now);
+    const expired = db.all(SQL.sweep, ...this.sweptTo, ...expiredAt(now));
     const last = db.get(SQL.sweptTo, ...this.sweptTo);
     // Past the last record, round again from the first.
     this.sweptTo = last ? [String(last.scope), String(last.idempotency_key)] : ['', ''];
     for (const row of expired) {
       const scope = String(row.scope);
-      if (db.run(SQL.sweepOne, scope, String(row.idempotency_key), now) === 0) continue;
+      if (db.run(SQL.sweepOne, scope, String(row.idempotency_key), ...expiredAt(now)) === 0) continue;
       db.run(SQL.uncount, -1, -integer(row.bytes), scope);
       db.run(SQL.forgetEmpty, scope);
     }
@@ -801,33 +591,35 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
       }
       return true;
     };
-    const open = this.open;
-    if (open?.token === ticket.token) {
-      this.open = undefined;
-      open.tx.end();
-      const { db } = open;
-      if (!open.tx.failed) {
-        try {
-          const expiresAt = record(db);
-          db.run(expiresAt === undefined ? 'ROLLBACK' : 'COMMIT');
-          return recorded(expiresAt);
-        } catch (error) {
-          rollBack(db);
-          throw unavailable(this.path, error);
-        } finally {
-          this.lock.give();
-        }
-      }
-      // A statement of the tool's failed: nothing it wrote stands, and its answer (which says
-      // so, or should) is recorded on its own.
-      rollBack(db);
-      this.lock.give();
-    }
+    // In the tool's transaction, if it began one: the tool's writes commit with the record.
+    const inTools = this.tools.commitWith(ticket.token, record);
+    if (inTools) return recorded(inTools.recorded);
     try {
       return recorded(await this.write(record));
     } catch (error) {
+      // At the file's size bound the response cannot be kept, now or on any retry: the key then
+      // answers `full` for the record's retention, rather than each retry after the lease
+      // executing again to the same end. (The marker is smaller than the claim it replaces.)
+      if (sqliteCodeOf(error) === 'SQLITE_FULL')
+        await this.write((db) => this.markFullIn(db, ticket, retention)).catch(() => {});
       throw unavailable(this.path, error);
     }
+  }
+
+  /** The claim replaced by a record of no response: its key answers `full` (see `answerOf`). */
+  private markFullIn(db: SqliteConnection, ticket: ClaimTicket, retentionMs: number): void {
+    const { now, mine } = this.mine(ticket);
+    const claim = db.get(SQL.mine, ...mine);
+    if (!claim) return;
+    const expiresAt = now + retentionMs;
+    db.run(SQL.markFull, expiresAt, ...mine);
+    db.run(SQL.count, ticket.scope, 0, -integer(claim.bytes), expiresAt);
+  }
+
+  /** The clock's reading now, and the parameters of SQL's MINE for `ticket`'s claim. */
+  private mine(ticket: ClaimTicket) {
+    const now = this.now();
+    return { now, mine: [ticket.scope, ticket.idempotencyKey, ticket.token, now, monotonicMs()] as const };
   }
 
   /** The claim settled, in a write transaction: the record's expiry, or undefined if the claim lost its key. */
@@ -838,8 +630,7 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
     json: string,
     retentionMs: number,
   ): number | undefined {
-    const now = this.now();
-    const mine = [ticket.scope, ticket.idempotencyKey, ticket.token, now] as const;
+    const { now, mine } = this.mine(ticket);
     const claim = db.get(SQL.mine, ...mine);
     if (!claim) return undefined;
     const expiresAt = now + retentionMs;
@@ -851,7 +642,7 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
 
   /** Nothing ran: a fresh claim's row goes; a continuation's puts back the record it took over. */
   private releaseIn(db: SqliteConnection, ticket: ClaimTicket): boolean {
-    const mine = [ticket.scope, ticket.idempotencyKey, ticket.token, this.now()] as const;
+    const { mine } = this.mine(ticket);
     const claim = db.get(SQL.mine, ...mine);
     if (!claim) return false;
     const resumedUntil = claim.resumed_until;
@@ -885,16 +676,6 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
     }
   }
 
-  /** Rolls back the claim's transaction, if its tool began one: nothing it wrote stands. */
-  private rollback(ticket: { token: string }): void {
-    const open = this.open;
-    if (open?.token !== ticket.token) return;
-    this.open = undefined;
-    open.tx.end();
-    rollBack(open.db);
-    this.lock.give();
-  }
-
   /** A second connection to the file, set up as the first (for tools' transactions). */
   private connect(): SqliteConnection {
     const db = SqliteConnection.open(this.path);
@@ -921,13 +702,36 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
 
 /** The answer for a held key that needs no write, or undefined when the claim must write. */
 function answerOf(held: HeldRow, now: number, fingerprint: Fingerprint, continuation: boolean) {
-  if (held.expiresAt <= now) return undefined;
-  if (held.state === 'inProgress' && (!held.holder || isGone(held.holder))) return undefined;
+  if (held.state === 'inProgress') {
+    if (!held.holder || isGone(held.holder) || leaseOver(held.holder, held, now)) return undefined;
+  } else if (held.expiresAt <= now) return undefined;
   if (held.state === 'awaitingInput' && continuation && held.fingerprint === fingerprint) return undefined;
+  // A response too large for the file's bound was executed once and could not be kept.
+  if (held.state === 'completed' && held.response === null) return { state: 'full' } as const;
   return claimOfHeld(
     { state: held.state, fingerprint: held.fingerprint, response: parsedJson(held.response) },
     () => JSON.stringify(held),
   );
+}
+
+/**
+ * Whether an in-progress claim's lease has run out: on the monotonic clock of its machine, when
+ * this process shares it (see the file header), else on the wall clock.
+ */
+function leaseOver(holder: ProcessIdentity, held: HeldRow, now: number): boolean {
+  const monotonic = holder.host === THIS_PROCESS.host ? monotonicMs() : null;
+  if (monotonic !== null && held.leaseUntil !== undefined) return held.leaseUntil <= monotonic;
+  return held.expiresAt <= now;
+}
+
+/** A lease's end on the monotonic clock, if this machine has one. */
+function leaseOn(monotonic: number | null, leaseMs: number): number | null {
+  return monotonic === null ? null : monotonic + leaseMs;
+}
+
+/** SQL's EXPIRED parameters at `now`: a live claim of this machine's is not expired, whatever the wall clock says. */
+function expiredAt(now: number) {
+  return [now, THIS_PROCESS.host, monotonicMs()] as const;
 }
 
 /** A record's row, its numbers checked: one the store cannot read fails closed (`claimOfHeld`). */
@@ -943,6 +747,7 @@ function heldRow(row: SqlRow): HeldRow {
       typeof pid === 'number' && typeof host === 'string'
         ? { pid, started: typeof started === 'string' ? started : null, host }
         : undefined,
+    leaseUntil: typeof row.holder_lease_until === 'number' ? row.holder_lease_until : undefined,
   };
 }
 
@@ -951,130 +756,4 @@ function integer(value: unknown): number {
   if (typeof value === 'number' && Number.isSafeInteger(value)) return value;
   if (typeof value === 'bigint') return Number(value);
   throw new StoreUnavailableError(new Error(`unreadable idempotency record: ${String(value)}`));
-}
-
-// --- The connection: its settings, the schema, and transactions ---
-
-/** The settings every connection to the file runs with. */
-function configure(db: SqliteConnection, settings: { synchronous: SqliteSynchronous; maxPages?: number }) {
-  // The store waits for a lock itself, never inside SQLite with the event loop held.
-  db.exec('PRAGMA busy_timeout = 0');
-  const mode = db.get('PRAGMA journal_mode = WAL')?.journal_mode;
-  if (mode !== 'wal')
-    throw new Error(
-      `SQLite would not put it in WAL mode (it stayed ${String(mode)}): is it on a network share?`,
-    );
-  db.exec(`PRAGMA synchronous = ${settings.synchronous === 'full' ? 'FULL' : 'NORMAL'}`);
-  db.exec(`PRAGMA wal_autocheckpoint = ${WAL_CHECKPOINT_PAGES}`);
-  db.exec(`PRAGMA journal_size_limit = ${JOURNAL_SIZE_LIMIT_BYTES}`);
-  if (settings.maxPages !== undefined) db.exec(`PRAGMA max_page_count = ${settings.maxPages}`);
-}
-
-/**
- * Creates the schema in a file that has none, or brings an earlier one up to date, in one write
- * transaction (two processes opening a new file together create it once). A file whose
- * `sep3182_idem_` tables this store did not write, or a later version's, is refused, untouched.
- * The version row is written in any case: a file this process may not write fails here, at open.
- */
-function migrate(db: SqliteConnection): void {
-  transact(db, () => {
-    const tables = db
-      .all("SELECT name FROM sqlite_schema WHERE name LIKE 'sep3182\\_idem\\_%' ESCAPE '\\'")
-      .map((row) => String(row.name));
-    let version = 0;
-    if (tables.includes('sep3182_idem_schema')) {
-      const row = db.get('SELECT version FROM sep3182_idem_schema');
-      version = typeof row?.version === 'number' ? row.version : Number.NaN;
-    } else if (tables.length > 0) {
-      throw new Error(
-        `it holds tables named ${tables.join(', ')} that this store did not create (no schema version)`,
-      );
-    }
-    if (!(version >= 0 && version <= SCHEMA_VERSION))
-      throw new Error(
-        `it holds idempotency records of schema version ${version}; this store reads version ${SCHEMA_VERSION} (a newer package wrote it?)`,
-      );
-    for (const step of MIGRATIONS.slice(version)) db.exec(step);
-    db.run('UPDATE sep3182_idem_schema SET version = ?', SCHEMA_VERSION);
-  });
-}
-
-/** BEGIN IMMEDIATE (or `begin`), `work`, COMMIT; rolled back if anything throws. */
-function transact<T>(
-  db: SqliteConnection,
-  work: (db: SqliteConnection) => T,
-  begin: 'BEGIN IMMEDIATE' | 'BEGIN' = 'BEGIN IMMEDIATE',
-): T {
-  db.run(begin);
-  try {
-    const result = work(db);
-    db.run('COMMIT');
-    return result;
-  } catch (error) {
-    rollBack(db);
-    throw error;
-  }
-}
-
-/** Rolls back whatever transaction is open, if one is (SQLite may have rolled it back itself). */
-function rollBack(db: SqliteConnection): void {
-  try {
-    db.run('ROLLBACK');
-  } catch {
-    // No transaction was open: an error such as SQLITE_FULL can end it by itself.
-  }
-}
-
-/** Runs `attempt` until it does not fail with SQLITE_BUSY, sleeping between tries, until `deadline`. */
-async function untilNotBusy<T>(deadline: number, attempt: () => T): Promise<T> {
-  for (let tries = 0; ; tries++) {
-    try {
-      return attempt();
-    } catch (error) {
-      const left = deadline - performance.now();
-      if (sqliteCodeOf(error) !== 'SQLITE_BUSY' || left <= 0) throw error;
-      const backoff = Math.min(2 ** tries, MAX_BUSY_BACKOFF_MS, left);
-      await new Promise((resolve) => setTimeout(resolve, backoff));
-    }
-  }
-}
-
-/** SQLite's answers that say the file itself cannot be used now, whatever the statement. */
-const FILE_FAILURES = new Set([
-  'SQLITE_BUSY',
-  'SQLITE_CANTOPEN',
-  'SQLITE_NOTADB',
-  'SQLITE_CORRUPT',
-  'SQLITE_READONLY',
-  'SQLITE_PERM',
-  'SQLITE_FULL',
-  'SQLITE_IOERR',
-]);
-
-/**
- * The store's failure as the operator reads it: which file, what is wrong with it in SQLite's
- * words, and what to do. A StoreUnavailableError, which the guard fails closed on.
- */
-function unavailable(path: string, error: unknown): StoreUnavailableError {
-  if (error instanceof StoreUnavailableError) return error;
-  if (error instanceof BusyError)
-    return new StoreUnavailableError(
-      new Error(`${path} stayed locked by another write past the busy timeout (SQLITE_BUSY)`, {
-        cause: error,
-      }),
-    );
-  const code = sqliteCodeOf(error);
-  const said = sqliteMessageOf(error);
-  const what: Record<string, string> = {
-    SQLITE_BUSY: `${path} stayed locked by another write past the busy timeout (${said})`,
-    SQLITE_CANTOPEN: `cannot open ${path} (${said}): is its folder there, and may this process create files in it?`,
-    SQLITE_NOTADB: `${path} is not a SQLite database (${said}): give the store a file of its own`,
-    SQLITE_CORRUPT: `${path} is damaged (${said}): restore it from a backup, or move it aside to start with no records`,
-    SQLITE_READONLY: `${path} is read-only (${said}): the store must write its records there`,
-    SQLITE_PERM: `${path} may not be written (${said})`,
-    SQLITE_FULL: `${path} is full (${said}): free disk space, or raise its size bound`,
-    SQLITE_IOERR: `${path} could not be read or written (${said})`,
-  };
-  const message = (code && what[code]) ?? (said.startsWith(path) ? said : `${path}: ${said}`);
-  return new StoreUnavailableError(new Error(message, { cause: error }));
 }
