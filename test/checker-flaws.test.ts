@@ -50,7 +50,7 @@ interface FlawCase {
 const FLAWS: FlawCase[] = [
   {
     flaw: 'replay-executes',
-    faults: REPLAYS,
+    faults: [...REPLAYS, 'retention.per-key'],
     rule: 'replay.not-executed',
     observed:
       /^the retry got "charge 1\. New balance: (\d+)", the stored answer, yet something executed \(the counter moved 1 step more than the call without a key alone\): the counter went from \1 \(the original\) to \d+/,
@@ -72,7 +72,8 @@ const FLAWS: FlawCase[] = [
   {
     flaw: 'dedup-by-arguments',
     // Every scenario after it starts from a replayed original: nothing more to judge.
-    faults: ['new-key.executes'],
+    // A key spelled another way is a fresh key too: it replays the older result as well.
+    faults: ['new-key.executes', 'key.opaque'],
     rule: 'new-key.executes',
     observed:
       /^a call with a fresh key got "charge 1\. New balance: (\d+)", and the counter stayed at \1: an earlier result was replayed, nothing executed$/,
@@ -118,6 +119,34 @@ const FLAWS: FlawCase[] = [
     rule: 'equivalence.number-spelling',
     observed:
       /^retry with \{"amount":1e0,"note":"café"\}: rejected it, error -32602 idempotency_key_conflict/,
+  },
+  {
+    flaw: 'remembers-last-key',
+    faults: ['retention.per-key'],
+    rule: 'retention.per-key',
+    observed:
+      /^the first key, retried after a second key, got "charge 1\. New balance: \d+", yet something executed \(the counter moved 1 step more than the call without a key alone\).*its record was gone$/,
+  },
+  {
+    flaw: 'keys-case-insensitive',
+    faults: ['key.opaque'],
+    rule: 'key.opaque',
+    observed:
+      /^the key in lower case, "key-[-0-9a-f]+", got "charge 1\. New balance: (\d+)", nothing executed \(counter \d+ → \1\): taken for "Key-[-0-9A-F]+", whose result it replayed$/,
+  },
+  {
+    flaw: 'keys-trimmed',
+    faults: ['key.opaque'],
+    rule: 'key.opaque',
+    observed:
+      /^the key between spaces, " Key-[-0-9A-F]+ ", got "charge 1\. New balance: \d+", nothing executed/,
+  },
+  {
+    flaw: 'replays-by-arguments',
+    faults: ['replay.own-result'],
+    rule: 'replay.own-result',
+    observed:
+      /^the first key's retry, after a second key with the same arguments, got the second key's "charge 1\. New balance: \d+", not its own "charge 1\. New balance: \d+"$/,
   },
 ];
 

@@ -75,7 +75,7 @@ describe('a run that checked nothing that matters exits 4, saying why and what t
       const run = await runChecker([...correct(), '--tool', tool, '--arguments', '{"amount":1}'], false);
       expect(run.stdout).toMatch(why);
       expect(run.stdout).toMatch(
-        /^Nothing certain about deduplication: \d+ rules that rest on it could not be observed \(new-key\.executes, replay\.not-executed, .*\); new-key\.executes: .*\. Pass a --tool and --arguments whose call succeeds/m,
+        /^Nothing certain about deduplication: \d+ rules that rest on it could not be observed \(new-key\.executes, key\.opaque, .*replay\.not-executed, .*\); new-key\.executes: .*\. Pass a --tool and --arguments whose call succeeds/m,
       );
       expect(run.stdout).toMatch(/^0 failed \(MUST\)/m);
       expect(run.code).toBe(4);

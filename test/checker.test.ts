@@ -155,6 +155,7 @@ describe('the checker names exactly the rule each fixture breaks', () => {
         'replay.not-executed',
         'replay.identical',
         'errors.replayed',
+        'retention.per-key',
         'conflict.other-arguments',
         'conflict.other-tool',
         'equivalence.key-order',

@@ -8,6 +8,7 @@
 // run checked nothing that matters (those rules could not be observed, or the exchange broke).
 
 import { parseArgs } from 'node:util';
+import type { CounterOption } from './effect.js';
 import { type Report, RULES, Run, runChecks, type Status } from './rules.js';
 import {
   connect,
@@ -33,6 +34,8 @@ const USAGE = `Usage: mcp-idempotency-check (--command "CMD ARGS…" [--arg A]�
   --other-header "K: V"  a second caller's credentials over HTTP, e.g. "Authorization: Bearer …" (scope check; repeatable)
   --forbidden-header "K: V"
                          the same caller's credentials that may not call --tool (authorization-at-replay check; repeatable)
+  --counter WHERE        the number that counts executions, if guessing is not enough: a JSON pointer
+                         into structuredContent (/balance), or a pattern on the text ("executions: (\\d+)")
   --timeout-ms N         how long to wait for any answer (default 10000)
   --json                 print the results as JSON
   --help                 print this, and exit 0
@@ -58,6 +61,7 @@ function parseCommandLine(argv: string[]) {
       'other-tool': { type: 'string' },
       'other-header': { type: 'string', multiple: true, default: [] },
       'forbidden-header': { type: 'string', multiple: true, default: [] },
+      counter: { type: 'string' },
       'timeout-ms': { type: 'string', default: '10000' },
       json: { type: 'boolean', default: false },
       help: { type: 'boolean', default: false },
@@ -117,6 +121,7 @@ function parseCommandLine(argv: string[]) {
       slowArguments: jsonObject('--slow-arguments', values['slow-arguments']),
       errorArguments: jsonObject('--error-arguments', values['error-arguments']),
       otherTool: values['other-tool'],
+      counter: counterOption(values.counter),
     },
   };
 }
@@ -143,6 +148,17 @@ function jsonObject(option: string, text: string | undefined): Record<string, un
   }
   if (!isObject(value)) throw new UsageError(`${option} must be a JSON object, got ${text}`);
   return value;
+}
+
+/** `--counter`: a JSON pointer into `structuredContent` (it starts with `/`), or else a pattern. */
+function counterOption(text: string | undefined): CounterOption | undefined {
+  if (text === undefined) return undefined;
+  if (text.startsWith('/')) return { pointer: text };
+  try {
+    return { pattern: new RegExp(text) };
+  } catch (error) {
+    throw new UsageError(`--counter is neither a JSON pointer (/…) nor a pattern: ${messageOf(error)}`);
+  }
 }
 
 const messageOf = (error: unknown) => (error instanceof Error ? error.message : String(error));
@@ -172,6 +188,7 @@ function table(options: Options, peer: Peer, run: Run, report: Report): string {
   const out: string[] = [];
   out.push(`SEP-3182 idempotency check of ${describeTarget(options.target)}`);
   out.push(`protocol ${peer.era}; tool ${options.inputs.tool} ${JSON.stringify(options.inputs.arguments)}`);
+  out.push(`counter: ${report.counter ?? 'none found'}`);
   const width = Math.max(...RULES.map((rule) => rule.id.length));
   let section = '';
   for (const result of results) {
@@ -261,6 +278,7 @@ async function main(argv: string[]): Promise<number> {
       notRun: report.notRun,
       broken: report.broken ?? null,
       unobserved: report.unobserved,
+      counter: report.counter ?? null,
     };
     if (options.json) {
       process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);

@@ -13,6 +13,18 @@
 // in between claimed.
 
 import { randomUUID } from 'node:crypto';
+import {
+  afterwards,
+  type Counter,
+  type CounterOption,
+  counterOf,
+  describeCounter,
+  executionCount,
+  executionsBetween,
+  optionMissed,
+  reading,
+  unexpected,
+} from './effect.js';
 import { type Answer, isObject, type Peer } from './wire.js';
 
 export type Severity = 'failure' | 'warning' | 'note';
@@ -38,6 +50,8 @@ export interface CheckInputs {
   other?: Peer;
   /** The same caller with credentials that may not call the tool, for authorization at replay. */
   forbidden?: Peer;
+  /** Where the counter is, when the user says so (`--counter`). */
+  counter?: CounterOption;
   transport: 'stdio' | 'http';
 }
 
@@ -149,90 +163,25 @@ function scenario<T>(observe: (run: Run) => Promise<T>): (run: Run) => Promise<T
   };
 }
 
-// --- Reading the effect: the counter a result shows ---
-
-/** A number as a result's text writes it. */
-const NUMBER = /-?\d+(?:\.\d+)?/g;
-
-/** A result's numbers, and its text with each one replaced by `#`. An error shows no counter. */
-function numbersOf(call: Call): { template: string; values: number[] } | undefined {
-  if (call.kind === 'error') return undefined;
-  const text = textOf(call);
-  return { template: text.replace(NUMBER, '#'), values: [...text.matchAll(NUMBER)].map((m) => Number(m[0])) };
-}
-
-/** Where the numbers that count executions sit in a result of one template, and their step. */
-interface Counter {
-  template: string;
-  at: number[];
-  step: number[];
-}
-
-/** The numbers that moved between two executions of the same call, and by how much each. */
-function counterOf(first: Call, second: Call): Counter | undefined {
-  const [a, b] = [numbersOf(first), numbersOf(second)];
-  if (!a || !b || a.template !== b.template) return undefined;
-  const at = a.values.flatMap((value, i) => (value === b.values[i] ? [] : [i]));
-  if (at.length === 0) return undefined;
-  return { template: a.template, at, step: at.map((i) => (b.values[i] ?? 0) - (a.values[i] ?? 0)) };
-}
-
-/** The counter's reading in `call`, as its result writes it (`7`, or `7/3` for two numbers). */
-function reading(counter: Counter, call: Call): string {
-  const values = numbersOf(call)?.values ?? [];
-  return counter.at.map((i) => values[i] ?? '?').join('/');
-}
-
-/**
- * How many executions moved the counter from `from`'s reading to `to`'s: a whole number, the same
- * at every position that counts, or undefined when the results do not read that way.
- */
-function executionsBetween(counter: Counter, from: Call, to: Call): number | undefined {
-  const [a, b] = [numbersOf(from), numbersOf(to)];
-  if (a?.template !== counter.template || b?.template !== counter.template) return undefined;
-  const counts = counter.at.map((i, j) => ((b.values[i] ?? 0) - (a.values[i] ?? 0)) / (counter.step[j] ?? 1));
-  const whole = Math.round(counts[0] ?? Number.NaN);
-  return counts.every((n) => Math.abs(n - whole) < 1e-9) ? whole : undefined;
-}
-
-/**
- * What ran between `since` (a call that executed) and `probe` (a call without a key, one
- * execution): the executions beyond the probe's own, and the account of it, short and long.
- */
-function afterwards(counter: Counter, since: Call, probe: Call, label = 'the original') {
-  const n = executionsBetween(counter, since, probe);
-  const [from, to] = [reading(counter, since), reading(counter, probe)];
-  return {
-    extra: n === undefined ? undefined : n - 1,
-    moved: `counter ${from} → ${to}, the call without a key alone`,
-    account: `the counter went from ${from} (${label}) to ${to} (then a call without a key, one execution)`,
-  };
-}
-
-/** What the counter says beyond the probe's own step: something executed, forwards or back. */
-function unexpected(extra: number): string {
-  const steps = `${Math.abs(extra)} step${Math.abs(extra) === 1 ? '' : 's'}`;
-  return `something executed (the counter moved ${steps} ${extra > 0 ? 'more' : 'less'} than the call without a key alone)`;
-}
-
 /** Two calls without a key: the counter every judgement of "executed" reads. */
 const baseline = scenario(async (run) => {
   const first = await run.probe();
   const second = await run.probe();
-  return { first, second, counter: counterOf(first, second) };
+  return { first, second, counter: counterOf(first, second, run.inputs.counter) };
 });
 
 /** Why the baseline proved no counter. */
-function noCounter(first: Call, second: Call): string {
+function noCounter(first: Call, second: Call, option?: CounterOption): string {
   const failed = [first, second].find((call) => call.kind === 'error');
   if (failed) return `the call without a key failed: ${describe(failed)}`;
-  return `two calls without a key gave ${describe(first)}, then ${describe(second)}: no number in them counts executions`;
+  const gave = `two calls without a key gave ${describe(first)}, then ${describe(second)}`;
+  return `${gave}: ${option ? optionMissed(option, first, second) : 'no number in them counts executions'}`;
 }
 
 /** The judgement `judge` makes with the baseline's counter, or why there is none to read. */
 async function counted(run: Run, judge: (counter: Counter) => Promise<Verdict> | Verdict): Promise<Verdict> {
   const { first, second, counter } = await baseline(run);
-  return counter ? judge(counter) : nc(noCounter(first, second));
+  return counter ? judge(counter) : nc(noCounter(first, second, run.inputs.counter));
 }
 
 /**
@@ -240,7 +189,7 @@ async function counted(run: Run, judge: (counter: Counter) => Promise<Verdict> |
  * which replay.identical judges) one whose counter stands where the original's did.
  */
 const replays = (counter: Counter, original: Call, later: Call) =>
-  same(original, later) || (later.kind !== 'error' && executionsBetween(counter, original, later) === 0);
+  same(original, later) || (later.kind !== 'error' && executionsBetween(counter, original, later, 0) === 0);
 
 const unreadable = (account: string) => nc(`the counter could not be read: ${account}`);
 
@@ -495,6 +444,65 @@ function keyed(retries: (run: Run) => CallSpec[], original: (run: Run) => CallSp
 }
 
 const replay = keyed(() => [{}]);
+
+interface AfterAnotherKey {
+  original: Call;
+  /** The same call under a second key, then the first key again. */
+  other?: Call;
+  retry?: Call;
+  probe?: Call;
+  before?: Call;
+}
+
+/**
+ * A keyed call, the same call under a second key, the first key again, then a call without a key.
+ * The retry must find the first key's own record: still kept (a server that keeps only the last
+ * key executes it again) and not another key's (one that replays by arguments returns the second's).
+ */
+const afterAnotherKey = scenario(async (run): Promise<AfterAnotherKey> => {
+  const [first, second] = [randomUUID(), randomUUID()];
+  const before = run.standing();
+  const original = await run.call({ key: first });
+  if (original.kind === 'error') return { original };
+  const other = await run.call({ key: second });
+  const retry = await run.call({ key: first });
+  return { original, other, retry, probe: await run.probe(), before };
+});
+
+/** What `afterAnotherKey` shows, or why it shows nothing to judge. */
+async function retriedAfterAnotherKey(run: Run, counter: Counter) {
+  const { original, other, retry, probe, before } = await afterAnotherKey(run);
+  if (!other || !retry || !probe) return nc(`the keyed call failed: ${describe(original)}`);
+  const stale = notExecuted(counter, before, original);
+  if (stale) return stale;
+  if (executionsBetween(counter, original, other) !== 1)
+    return nc(
+      `the same call under a second key did not execute once: it got ${describe(other)} after ${describe(original)} (new-key.executes)`,
+    );
+  const { extra, moved, account } = afterwards(counter, other, probe, 'the second key');
+  if (extra === undefined) return unreadable(account);
+  return { original, other, retry, extra, moved, account };
+}
+
+/**
+ * Other spellings of one key, each a key of its own: the SEP's key is an opaque string, so a
+ * server that folds case (a case-insensitive SQL collation) or trims it matches another operation.
+ */
+const KEY_SPELLINGS: { how: string; spell: (key: string) => string }[] = [
+  { how: 'in lower case', spell: (key) => key.toLowerCase() },
+  { how: 'between spaces', spell: (key) => ` ${key} ` },
+];
+
+/** A key with capitals, then each other spelling of it: three keys, each to execute once. */
+const keySpellings = scenario(async (run) => {
+  const before = run.standing() ?? (await run.probe());
+  const key = `Key-${randomUUID().toUpperCase()}`;
+  const calls = [{ key, how: 'as first sent', call: await run.call({ key }) }];
+  for (const { how, spell } of KEY_SPELLINGS)
+    calls.push({ key: spell(key), how, call: await run.call({ key: spell(key) }) });
+  await run.probe(); // the counter as it stands, for the scenario after this one
+  return { before, calls };
+});
 
 /** Each way of writing the arguments again, or none left once the same as the original's bytes. */
 function spellingsOf(run: Run, spell: (args: Args) => (string | null)[]): (string | null)[] {
@@ -835,12 +843,57 @@ export const RULES: readonly Rule[] = [
               );
             if (n !== 1)
               return fail(
-                `one call with a fresh key moved the counter by ${n} executions: ${reading(counter, prior)} → ${reading(counter, call)}`,
+                `one call with a fresh key moved the counter by ${executionCount(n)} executions: ${reading(counter, prior)} → ${reading(counter, call)}`,
               );
             prior = call;
           }
           const counts = [before, first, second].map((call) => reading(counter, call)).join(' → ');
           return pass(`two fresh keys executed once each: counter ${counts}`);
+        }),
+    },
+    {
+      id: 'key.opaque',
+      sentence: '`idempotencyKey` is an opaque string, client-generated.',
+      // No keyword, but an opaque string is compared as it is: a key spelled another way is another
+      // operation, and matching it to a stored one drops a call the client meant as new.
+      severity: 'failure',
+      essential: true,
+      judge: (run) =>
+        counted(run, async (counter) => {
+          const { before, calls } = await keySpellings(run);
+          const [first] = calls;
+          if (first?.call.kind === 'error') return nc(`the keyed call failed: ${describe(first.call)}`);
+          let prior = before;
+          const readings = [reading(counter, before)];
+          const refused: string[] = [];
+          for (const { key, how, call } of calls) {
+            const { type } = errorData(call);
+            if (type === SEP_ERROR.conflict || type === SEP_ERROR.inProgress)
+              return fail(
+                `the key ${how}, ${JSON.stringify(key)}, was matched against another: ${describe(call)}`,
+              );
+            if (call.kind === 'error') {
+              // A server may publish its own limits on keys (no spaces, say): a refusal matches nothing.
+              refused.push(`${how} refused (${describe(call)})`);
+              continue;
+            }
+            const n = executionsBetween(counter, prior, call);
+            if (n === undefined) return unreadable(`${describe(prior)}, then ${describe(call)}`);
+            if (n <= 0)
+              return fail(
+                `the key ${how}, ${JSON.stringify(key)}, got ${describe(call)}, nothing executed (counter ${reading(counter, prior)} → ${reading(counter, call)}): taken for ${JSON.stringify(first?.key)}, whose result it replayed`,
+              );
+            if (n !== 1)
+              return fail(
+                `the key ${how}, ${JSON.stringify(key)}, moved the counter by ${executionCount(n)} executions: ${reading(counter, prior)} → ${reading(counter, call)}`,
+              );
+            prior = call;
+            readings.push(reading(counter, call));
+          }
+          const executed = calls.length - refused.length;
+          return pass(
+            `${executed} spellings of one key executed once each (${JSON.stringify(first?.key)}, ${KEY_SPELLINGS.map((k) => k.how).join(', ')}): counter ${readings.join(' → ')}${refused.length ? `; ${refused.join('; ')}` : ''}`,
+          );
         }),
     },
   ]),
@@ -928,6 +981,33 @@ export const RULES: readonly Rule[] = [
           `${describe(retry)}, ${bytes(original) === bytes(retry) ? 'byte for byte but the id' : 'the same value'}`,
         );
       },
+    },
+    {
+      id: 'replay.own-result',
+      sentence:
+        'It MUST return the previously produced result — whether that result was a successful response or an error response',
+      essential: true,
+      judge: (run) =>
+        counted(run, async (counter) => {
+          const seen = await retriedAfterAnotherKey(run, counter);
+          if ('outcome' in seen) return seen;
+          const { original, other, retry, extra } = seen;
+          if (extra > 0)
+            return na(
+              `the first key's retry executed again (retention.per-key): no replay to compare, it got ${describe(retry)}`,
+            );
+          if (same(other, retry) && !same(original, other))
+            return fail(
+              `the first key's retry, after a second key with the same arguments, got the second key's ${describe(other)}, not its own ${describe(original)}`,
+            );
+          if (!replays(counter, original, retry))
+            return fail(
+              `the first key's retry, after a second key, got ${describe(retry)}, ${notStored(original, retry)}`,
+            );
+          return pass(
+            `the first key's retry, after a second key with the same arguments, got its own ${describe(retry)}, not the second key's ${describe(other)}`,
+          );
+        }),
     },
     {
       id: 'errors.replayed',
@@ -1068,6 +1148,22 @@ export const RULES: readonly Rule[] = [
   ]),
   ...section('Retention', [
     {
+      id: 'retention.per-key',
+      sentence: 'A server MUST retain enough state to answer a repeated key within a bounded window',
+      essential: true,
+      judge: (run) =>
+        counted(run, async (counter) => {
+          const seen = await retriedAfterAnotherKey(run, counter);
+          if ('outcome' in seen) return seen;
+          const { retry, extra, moved, account } = seen;
+          if (extra !== 0)
+            return fail(
+              `the first key, retried after a second key, got ${describe(retry)}, yet ${unexpected(extra)}: ${account}; its record was gone`,
+            );
+          return pass(`the first key, retried after a second key, got ${describe(retry)}; ${moved}`);
+        }),
+    },
+    {
       id: 'retention.bounded',
       sentence: 'A server MUST retain enough state to answer a repeated key within a bounded window',
       notCheckable:
@@ -1108,7 +1204,7 @@ export const RULES: readonly Rule[] = [
         if (first.kind === 'error') return nc(`the call failed: ${describe(first)}`);
         if (counter) return pass(`${describe(first)}, then ${describe(second)}`);
         return nc(
-          `${noCounter(first, second)}: pick a --tool whose result shows each execution (a balance, a counter)`,
+          `${noCounter(first, second, run.inputs.counter)}: pick a --tool whose result shows each execution (a balance, a counter)`,
         );
       },
     },
@@ -1140,7 +1236,7 @@ export const RULES: readonly Rule[] = [
           if (n === undefined) return unreadable(`${describe(fresh)}, then ${describe(second)}`);
           if (n !== 1)
             return fail(
-              `the other caller's call with the key moved its counter by ${n} executions: ${reading(counter, fresh)} → ${reading(counter, second)}`,
+              `the other caller's call with the key moved its counter by ${executionCount(n)} executions: ${reading(counter, fresh)} → ${reading(counter, second)}`,
             );
           return pass(`the other caller's call executed: ${describe(second)}`);
         }),
@@ -1234,6 +1330,8 @@ export interface Report {
   broken?: Broken;
   /** The essential rules that could not be observed (not checkable, or not run). */
   unobserved: string[];
+  /** Which numbers of the tool's result were read as its counter, in words; absent if none. */
+  counter?: string;
 }
 
 const ESSENTIAL = new Set(RULES.flatMap((rule) => ('essential' in rule && rule.essential ? [rule.id] : [])));
@@ -1241,7 +1339,7 @@ const ESSENTIAL = new Set(RULES.flatMap((rule) => ('essential' in rule && rule.e
 /** Every rule in the SEP's order; each scenario runs once, for whichever rule needs it first. */
 export async function runChecks(run: Run): Promise<Report> {
   // First: every judgement of "executed" reads the counter these calls prove.
-  await baseline(run).catch(() => {});
+  const { counter } = await baseline(run).catch(() => ({ counter: undefined }));
   const results: CheckResult[] = [];
   const notRun: string[] = [];
   for (const rule of RULES) {
@@ -1252,5 +1350,11 @@ export async function runChecks(run: Run): Promise<Report> {
     ...results.filter((r) => ESSENTIAL.has(r.id) && r.status === 'not checkable').map((r) => r.id),
     ...notRun.filter((id) => ESSENTIAL.has(id)),
   ];
-  return { results, notRun, unobserved, ...(run.broken && { broken: run.broken }) };
+  return {
+    results,
+    notRun,
+    unobserved,
+    ...(run.broken && { broken: run.broken }),
+    ...(counter && { counter: describeCounter(counter) }),
+  };
 }
