@@ -2,6 +2,7 @@
 // it does, and a run that checked nothing that matters never exits 0, however it came to that.
 
 import { readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
 import { RULES } from '../packages/checker/rules.js';
@@ -61,8 +62,6 @@ const correct = () => stdioServer('test/fixtures/checker/flawed.ts', 'correct');
 
 describe('a run that checked nothing that matters exits 4, saying why and what to pass', () => {
   test.each([
-    // A typo in a CI job: no such tool, so no call ever succeeds.
-    { tool: 'no_such_tool', why: /the call without a key failed: error -32602 Unknown tool: no_such_tool/ },
     { tool: 'fail', why: /two calls without a key gave isError "Unavailable", then isError "Unavailable"/ },
     // A tool that answers, but nothing in its answer counts executions.
     {
@@ -91,10 +90,57 @@ describe('the other exit statuses', () => {
     expect(run.code).toBe(2);
   });
 
-  test('3 for a server that cannot be reached', async () => {
-    // Port 1 on loopback: nothing listens there, the connection is refused at once.
-    const run = await runChecker(['--url', 'http://127.0.0.1:1/mcp', '--tool', 'charge']);
-    expect(run.stderr).toMatch(/^could not check HTTP: http:\/\/127\.0\.0\.1:1\/mcp: /);
+  test('3 for a server that cannot be reached, with the cause and what to do', async () => {
+    // A loopback port nothing listens on: the connection is refused at once.
+    const port = await closedPort();
+    const run = await runChecker(['--url', `http://127.0.0.1:${port}/mcp`, '--tool', 'charge']);
+    expect(run.stderr).toBe(
+      `could not check HTTP: http://127.0.0.1:${port}/mcp: fetch failed (ECONNREFUSED): is the server ` +
+        `running and listening at http://127.0.0.1:${port}/mcp? Start it first, or correct --url\n`,
+    );
+    expect(run.code).toBe(3);
+  });
+
+  test('3 for a host that does not resolve, saying so', async () => {
+    // `.invalid` never resolves (RFC 6761): the lookup fails without reaching any host.
+    const run = await runChecker(['--url', 'http://checker-test.invalid/mcp', '--tool', 'charge']);
+    expect(run.stderr).toMatch(
+      /: fetch failed \((ENOTFOUND|EAI_AGAIN)\): no such host; check the host in --url /,
+    );
+    expect(run.code).toBe(3);
+  });
+
+  test('3 for a server that never answers, naming the request it did not answer', async () => {
+    const run = await runChecker([
+      '--command',
+      'node -e setInterval(()=>{},1000)',
+      '--tool',
+      'x',
+      '--timeout-ms',
+      '500',
+    ]);
+    expect(run.stderr).toMatch(
+      /: no answer to request \d+ \((server\/discover|initialize)\) within 500 ms\n$/,
+    );
     expect(run.code).toBe(3);
   });
 });
+
+describe('a tool the server does not have', () => {
+  test('is refused before any call, with the tools the server lists', async () => {
+    const run = await runChecker([...correct(), '--tool', 'chrage', '--arguments', '{"amount":1}']);
+    expect(run.stderr).toMatch(/^error: --tool chrage: the server lists no such tool; its tools: \S/);
+    expect(run.stderr).toContain('charge');
+    expect(run.code).toBe(2);
+  });
+});
+
+/** A loopback port that was free a moment ago, and is closed now. */
+async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  if (address === null || typeof address === 'string') throw new Error('no port');
+  return address.port;
+}

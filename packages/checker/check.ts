@@ -161,7 +161,50 @@ function counterOption(text: string | undefined): CounterOption | undefined {
   }
 }
 
-const messageOf = (error: unknown) => (error instanceof Error ? error.message : String(error));
+/** An error's message, with its cause's code where it has one: `fetch failed (ECONNREFUSED)`. */
+function messageOf(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  const cause: unknown = error.cause;
+  const code =
+    typeof cause === 'object' && cause !== null
+      ? (Reflect.get(cause, 'code') ?? Reflect.get(cause, 'message'))
+      : undefined;
+  return typeof code === 'string' && !error.message.includes(code)
+    ? `${error.message} (${code})`
+    : error.message;
+}
+
+/** What to do about a target that could not be reached. */
+function nextStep(target: Target, message: string): string {
+  if (target.kind !== 'http') return '';
+  if (/ENOTFOUND|EAI_AGAIN/.test(message))
+    return `: no such host; check the host in --url ${target.url.href}`;
+  if (/ECONNREFUSED|ECONNRESET|fetch failed/.test(message))
+    return `: is the server running and listening at ${target.url.href}? Start it first, or correct --url`;
+  return '';
+}
+
+/**
+ * Refuses a --tool (or --other-tool) the server does not list, naming the ones it does: every rule
+ * would otherwise end "not checkable" for a typo. A server that pages its list is not second-guessed.
+ */
+async function checkToolsListed(
+  peer: Peer,
+  tools: Array<[option: string, name: string | undefined]>,
+): Promise<void> {
+  const answer = await peer.request('tools/list', '{}');
+  const result = answer.message.result;
+  if (!isObject(result) || !Array.isArray(result.tools) || result.nextCursor !== undefined) return;
+  const listed = result.tools.flatMap((tool) =>
+    isObject(tool) && typeof tool.name === 'string' ? [tool.name] : [],
+  );
+  for (const [option, name] of tools) {
+    if (name !== undefined && !listed.includes(name))
+      throw new UsageError(
+        `${option} ${name}: the server lists no such tool; its tools: ${listed.join(', ') || 'none'}`,
+      );
+  }
+}
 
 // --- Output ---
 
@@ -254,6 +297,10 @@ async function main(argv: string[]): Promise<number> {
   try {
     const peer = await connect(target, { era, timeoutMs });
     peers.push(peer);
+    await checkToolsListed(peer, [
+      ['--tool', options.inputs.tool],
+      ['--other-tool', options.inputs.otherTool],
+    ]);
     // The other callers are the same target with other headers, in the era the first one found.
     const as = async (option: string, headers?: Record<string, string>) => {
       if (!headers || target.kind !== 'http') return undefined;
@@ -288,7 +335,14 @@ async function main(argv: string[]): Promise<number> {
     if (report.results.some((r) => r.status === 'failed')) return FAILED;
     return report.unobserved.length > 0 ? UNOBSERVED : 0;
   } catch (error) {
-    process.stderr.write(`could not check ${describeTarget(target)}: ${messageOf(error)}\n`);
+    const message = messageOf(error);
+    if (error instanceof UsageError) {
+      process.stderr.write(`error: ${message}\n`);
+      return 2;
+    }
+    process.stderr.write(
+      `could not check ${describeTarget(target)}: ${message}${nextStep(target, message)}\n`,
+    );
     return 3;
   } finally {
     await Promise.all(peers.map((peer) => peer.close()));

@@ -127,7 +127,9 @@ export class Run {
     } catch (error) {
       // A timeout, a server that exited, an HTTP failure: nothing after it can be trusted.
       const call = `tools/call ${tool}${key === undefined ? ' without a key' : ` with key ${key}`}`;
-      this.broken ??= { during: this.current, reason: `${call}: ${messageOf(error)}` };
+      // The call is named here, with its key; the transport's own naming of it would repeat it.
+      const why = messageOf(error).replace(` (tools/call ${tool})`, '');
+      this.broken ??= { during: this.current, reason: `${call}: ${why}` };
       throw new Error(this.broken.reason);
     }
     const { result, error } = answer.message;
@@ -307,7 +309,8 @@ function describe(call: Call): string {
   const type = errorData(call).type;
   if (call.kind === 'error') return `error ${value.code} ${typeof type === 'string' ? type : value.message}`;
   const text = textOf(call);
-  const short = text.length > 60 ? `${text.slice(0, 57)}…` : text;
+  // Long enough for a server's whole sentence, tool names and all; a page of text is still cut.
+  const short = text.length > 200 ? `${text.slice(0, 197)}…` : text;
   return call.kind === 'tool error' ? `isError "${short}"` : `"${short}"`;
 }
 

@@ -159,7 +159,7 @@ function stdioExchange(target: Extract<Target, { kind: 'stdio' }>, { timeoutMs }
     waiting.delete(key);
   });
   return {
-    send(id, _method, line) {
+    send(id, method, line, toolName) {
       if (failure) return Promise.reject(failure);
       child.stdin.write(`${line}\n`);
       if (id === 0) return Promise.resolve({ text: '', message: {}, at: performance.now() });
@@ -168,7 +168,7 @@ function stdioExchange(target: Extract<Target, { kind: 'stdio' }>, { timeoutMs }
           waiting.set(String(id), (answer) => (failure ? reject(failure) : resolve(answer))),
         ),
         timeoutMs,
-        `no answer to request ${id} within ${timeoutMs} ms`,
+        `no answer to request ${id} (${requestName(method, toolName)}) within ${timeoutMs} ms`,
       );
     },
     async close() {
@@ -249,7 +249,10 @@ function httpExchange(target: Extract<Target, { kind: 'http' }>, { timeoutMs }: 
           return { text: seen, message: {}, at: performance.now(), http };
         throw new Error(`HTTP ${response.status} without an answer to request ${id}: ${seen.slice(0, 300)}`);
       } catch (error) {
-        if (signal.aborted) throw new Error(`no answer to request ${id} within ${timeoutMs} ms`);
+        if (signal.aborted)
+          throw new Error(
+            `no answer to request ${id} (${requestName(method, toolName)}) within ${timeoutMs} ms`,
+          );
         throw error;
       }
     },
@@ -298,6 +301,11 @@ function parseObject(text: string): Record<string, unknown> | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** What a request was, for a message about it: `tools/call charge_guarded`, `server/discover`. */
+function requestName(method: string, toolName: string | undefined): string {
+  return toolName === undefined ? method : `${method} ${toolName}`;
 }
 
 export function isObject(value: unknown): value is Record<string, unknown> {
