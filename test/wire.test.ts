@@ -4,6 +4,7 @@
 
 import { IdempotencyErrorType } from 'mcp-request-idempotency';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { waitUntil } from '../processes/redis.js';
 import { type RawAnswer, RawStdioPeer } from './support/raw-stdio.js';
 
 let peer: RawStdioPeer;
@@ -90,8 +91,10 @@ describe('a keyed retry on the wire', () => {
       message: expect.stringMatching(/expected record/),
     });
     expect(withoutId(retry)).toBe(withoutId(first));
-    const decisions = peer.decisions().filter((d) => d.idempotencyKey === 'wire-4');
-    expect(decisions.map((d) => d.decision)).toStrictEqual(['executed', 'replayed']);
+    // The log travels on stderr, which may arrive after the answer on stdout.
+    const decisions = () => peer.decisions().filter((d) => d.idempotencyKey === 'wire-4');
+    await waitUntil(async () => decisions().length >= 2);
+    expect(decisions().map((d) => d.decision)).toStrictEqual(['executed', 'replayed']);
   });
 });
 

@@ -95,6 +95,7 @@ const RULE_CASES: RuleCase[] = [
   // one more after each scenario, so each balance counts those too.
   { rule: 'capability.advertised', balance: 0 },
   { rule: 'new-key.executes', balance: 4 },
+  { rule: 'key.opaque', balance: 6 },
   { rule: 'in-progress.not-executed', slow: true, balance: 5 },
   // At once (under 300 ms, half a charge), not merely before the original finished.
   { rule: 'in-progress.not-blocked', slow: true, balance: 5, observed: /^answered after [1-2]?\d?\d ms,/ },
@@ -107,6 +108,7 @@ const RULE_CASES: RuleCase[] = [
     balance: 4,
   },
   { rule: 'replay.identical', balance: 2, observed: /byte for byte but the id$/ },
+  { rule: 'replay.own-result', balance: 5 },
   {
     rule: 'errors.replayed',
     // The stored failure came back, but a schema rejection is the same every time: a replay
@@ -147,6 +149,7 @@ const RULE_CASES: RuleCase[] = [
     balance: 0,
   },
   { rule: 'equivalence.no-unicode-normalization', balance: 5 },
+  { rule: 'retention.per-key', balance: 5 },
   { rule: 'no-key.executes-every-time', balance: 2 },
   { rule: 'scope.per-caller', balance: 5 },
   // The read-only token is refused by the SDK's scope challenge, before the guard.
