@@ -6,6 +6,7 @@
 
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { createServer as createNetServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -364,4 +365,14 @@ export async function balanceOf(client: Client): Promise<number> {
 
 export async function resetLedger(client: Client): Promise<void> {
   await callTool(client, { name: 'reset_ledger', arguments: {} });
+}
+
+/** A loopback port that was free a moment ago (and is closed now, until someone listens on it). */
+export async function freePort(): Promise<number> {
+  const server = createNetServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  if (address === null || typeof address === 'string') throw new Error('no port');
+  return address.port;
 }

@@ -2,10 +2,10 @@
 // it does, and a run that checked nothing that matters never exits 0, however it came to that.
 
 import { readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
 import { RULES } from '../packages/checker/rules.js';
+import { freePort } from '../processes/launch.js';
 import { ROOT, runChecker, stdioServer } from './fixtures/checker/harness.js';
 
 const README = readFileSync(join(ROOT, 'packages', 'checker', 'README.md'), 'utf8');
@@ -92,7 +92,7 @@ describe('the other exit statuses', () => {
 
   test('3 for a server that cannot be reached, with the cause and what to do', async () => {
     // A loopback port nothing listens on: the connection is refused at once.
-    const port = await closedPort();
+    const port = await freePort();
     const run = await runChecker(['--url', `http://127.0.0.1:${port}/mcp`, '--tool', 'charge']);
     expect(run.stderr).toBe(
       `could not check HTTP: http://127.0.0.1:${port}/mcp: fetch failed (ECONNREFUSED): is the server ` +
@@ -134,13 +134,3 @@ describe('a tool the server does not have', () => {
     expect(run.code).toBe(2);
   });
 });
-
-/** A loopback port that was free a moment ago, and is closed now. */
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  if (address === null || typeof address === 'string') throw new Error('no port');
-  return address.port;
-}

@@ -11,12 +11,11 @@
 
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { START_TIMEOUT_MS, WAIT_MS } from '../processes/bounds.js';
-import { type HttpInstance, ROOT, startHttpInstance } from '../processes/launch.js';
+import { freePort, type HttpInstance, ROOT, startHttpInstance } from '../processes/launch.js';
 
 const PAGES = [
   'README.md',
@@ -99,15 +98,6 @@ function killGroup(child: ChildProcess): void {
   } catch {
     // Already gone.
   }
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  if (address === null || typeof address === 'string') throw new Error('no port');
-  return address.port;
 }
 
 /** `script` with each port in `ports` replaced by a free one; the map says which. */
