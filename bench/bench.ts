@@ -32,7 +32,7 @@ import { measureConcurrency } from './concurrency.js';
 import { type Report, runChild, table, UNJUDGED_ENV, yesNo } from './harness.js';
 import { measureStatements } from './postgres.js';
 import { measureRoundTrips } from './redis.js';
-import { measureSqlite } from './sqlite.js';
+import { measureSqlite, measureStatements as measureSqliteStatements } from './sqlite.js';
 import { measureTransports, SETUPS } from './transports.js';
 
 const FULL = {
@@ -50,6 +50,7 @@ const FULL = {
   scaling: { rounds: 10, batchCalls: 500, sizes: [1e3, 1e5, 1e6] },
   concurrency: { rounds: 3, phaseMs: 400 },
   sqlite: { rounds: 20, warmupRounds: 2, batchCalls: 300 },
+  sqliteStatements: { rounds: 10, calls: 1_000 },
 };
 
 const QUICK: typeof FULL = {
@@ -65,6 +66,7 @@ const QUICK: typeof FULL = {
   scaling: { rounds: 2, batchCalls: 100, sizes: [1e3, 1e4, 1e5] },
   concurrency: { rounds: 1, phaseMs: 100 },
   sqlite: { rounds: 3, warmupRounds: 1, batchCalls: 50 },
+  sqliteStatements: { rounds: 2, calls: 200 },
 };
 
 // --- Cleanup: whatever was started is stopped, however the run ends ---
@@ -163,6 +165,8 @@ async function main(): Promise<void> {
   await closeAll();
   note('SQLite against memory, over stdio');
   reports.sqlite = await measureSqlite(plan.sqlite, note);
+  note("SQLite, the store's statements alone");
+  reports.sqliteStatements = await measureSqliteStatements(plan.sqliteStatements);
 
   note(`memory: ${plan.memoryCalls.toLocaleString('en')} keyed calls`);
   reports.memory = await runChild('memory.ts', [plan.memoryCalls], ['--expose-gc']);
@@ -196,6 +200,7 @@ async function main(): Promise<void> {
     'roundTrips',
     'postgresRoundTrips',
     'sqlite',
+    'sqliteStatements',
     'memory',
     'scaling',
     'concurrency',
