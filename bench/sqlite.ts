@@ -22,6 +22,7 @@ import { MODERN_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { SqliteIdempotencyStore } from 'mcp-request-idempotency/sqlite';
 import { SqliteConnection } from '../packages/idempotency/stores/sqlite/driver.js';
 import { configure, migrate, type SqliteSynchronous } from '../packages/idempotency/stores/sqlite/file.js';
+import { monotonicMs } from '../packages/idempotency/stores/sqlite/liveness.js';
 import { SQL } from '../packages/idempotency/stores/sqlite/sql.js';
 import {
   type Endpoint,
@@ -186,9 +187,21 @@ function firstExecution(db: SqliteConnection, commits: 1 | 2): void {
   const key = randomUUID();
   const token = randomUUID();
   const now = Date.now();
-  const mine = [scope, key, token, now] as const;
+  const monotonic = monotonicMs();
+  const mine = [scope, key, token, now, monotonic] as const;
   db.run('BEGIN IMMEDIATE');
-  db.run(SQL.claim, scope, key, 'fingerprint', now + 120_000, token, process.pid, '1', 'bench');
+  db.run(
+    SQL.claim,
+    scope,
+    key,
+    'fingerprint',
+    now + 120_000,
+    token,
+    process.pid,
+    '1',
+    'bench',
+    monotonic === null ? null : monotonic + 120_000,
+  );
   db.run(SQL.count, scope, 1, 0, now + 120_000);
   if (commits === 2) {
     db.run('COMMIT');

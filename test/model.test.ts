@@ -106,12 +106,19 @@ describe('the guard with the SQLite store, three instances on one file, agrees w
   const dir = mkdtempSync(join(tmpdir(), 'sep3182-sqlite-model-'));
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
+  // Steps of the wall clock alone (NTP, a VM resumed), each past the lease: a running call keeps
+  // its key (its lease is on the monotonic clock), a completed record's retention shortens.
+  const wallClockSteps = [LEASE_MS + 1_000, RETENTION_MS];
+
   async function start(maxRecordsPerScope: number): Promise<RealSystem> {
-    const clock = new ManualClock();
+    const wall = new ManualClock();
+    const monotonic = new ManualClock();
     const file = join(dir, `${randomUUID()}.sqlite`);
     // Each instance its own connection to the file, as each server process has.
     const stores = await Promise.all(
-      CALLERS.map(() => SqliteIdempotencyStore.open(file, { maxRecordsPerScope, now: clock.now })),
+      CALLERS.map(() =>
+        SqliteIdempotencyStore.open(file, { maxRecordsPerScope, now: wall.now, monotonic: monotonic.now }),
+      ),
     );
     return startRealSystem({
       storeFor: (caller) => {
@@ -121,7 +128,11 @@ describe('the guard with the SQLite store, three instances on one file, agrees w
       },
       retentionMs: RETENTION_MS,
       leaseMs: LEASE_MS,
-      advance: async (ms) => clock.advance(ms),
+      advance: async (ms) => {
+        wall.advance(ms);
+        monotonic.advance(ms);
+      },
+      stepWallClock: async (ms) => wall.advance(ms),
       settleMs: 2,
       deadlineMs: 2_000,
       close: async () => {
@@ -135,7 +146,7 @@ describe('the guard with the SQLite store, three instances on one file, agrees w
     'SQLite store',
     'sqlitePrograms',
     SQLITE_RUNS,
-    { RETENTION_MS, LEASE_MS, advances },
+    { RETENTION_MS, LEASE_MS, advances, wallClockSteps, leaseClock: 'monotonic' },
     start,
   );
 });
@@ -155,7 +166,13 @@ function itAgreesWithTheModel(
   label: string,
   counter: keyof typeof ran,
   numRuns: number,
-  timing: { RETENTION_MS: number; LEASE_MS: number; advances: number[] },
+  timing: {
+    RETENTION_MS: number;
+    LEASE_MS: number;
+    advances: number[];
+    wallClockSteps?: number[];
+    leaseClock?: ModelSettings['leaseClock'];
+  },
   start: (maxRecordsPerScope: number) => Promise<RealSystem>,
   connections = 'connection',
 ): void {
@@ -166,7 +183,7 @@ function itAgreesWithTheModel(
       await fc.assert(
         fc.asyncProperty(
           fc.constantFrom(1_000, 1),
-          programs(timing.advances, MAX_COMMANDS),
+          programs(timing.advances, MAX_COMMANDS, timing.wallClockSteps),
           async (maxRecordsPerScope, commands) => {
             ran[counter] += 1;
             const settings: ModelSettings = {
@@ -174,6 +191,7 @@ function itAgreesWithTheModel(
               leaseMs: timing.LEASE_MS,
               maxRecordsPerScope,
               expiry: 'eager',
+              leaseClock: timing.leaseClock ?? 'shared',
             };
             await runProgram(settings, () => start(maxRecordsPerScope), commands);
           },

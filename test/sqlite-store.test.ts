@@ -389,6 +389,59 @@ describe('a holder process, alive or dead', () => {
     2 * START_TIMEOUT_MS,
   );
 
+  it("keeps a live holder's key through a forward step of the wall clock, and the holder still records it", async () => {
+    const file = newFile();
+    let step = 0;
+    const holding = await openStore(file, { now: () => Date.now() + step });
+    // Another server on the file, reading the clock after it stepped past the lease (120 s).
+    const stepped = await openStore(file, { now: () => Date.now() + LEASE_MS + 1_000 });
+    const id = newId();
+    const ticket = await claimTicket(holding, id);
+    step = LEASE_MS + 1_000;
+
+    expect(await stepped.claim(id, OTHER_FINGERPRINT, LEASE_MS)).toStrictEqual({
+      state: 'inProgress',
+      fingerprint: FINGERPRINT,
+    });
+    // Enough claims of other keys to sweep the file: the running call's claim is no expired row.
+    for (let n = 0; n < 64; n++) await claimTicket(stepped, newId('others'));
+    expect(await holding.renew(ticket, LEASE_MS)).toBe(true);
+    expect(await holding.complete(ticket, RESULT, RETENTION_MS)).toBe(true);
+    expect(await stepped.claim(id, OTHER_FINGERPRINT, LEASE_MS)).toStrictEqual({
+      state: 'completed',
+      fingerprint: FINGERPRINT,
+      response: RESULT,
+    });
+  });
+
+  it('brings a file of the schema before monotonic leases up to date, its records kept', async () => {
+    const file = newFile();
+    const [done, running] = [newId(), newId()];
+    const writer = await openStore(file);
+    await claimTicket(writer, done).then((ticket) => writer.complete(ticket, RESULT, RETENTION_MS));
+    // The file as the previous schema wrote it: no lease on the monotonic clock, and a claim of
+    // a holder on another machine, whose lease is on the wall clock alone.
+    await writer.transaction((db) => {
+      db.run('ALTER TABLE sep3182_idem_records DROP COLUMN holder_lease_until');
+      db.run('UPDATE sep3182_idem_schema SET version = 1');
+    });
+    await heldBy(writer, running, 4242, '1', 'linux:another-machine');
+    await writer.close();
+
+    const reader = await openStore(file);
+    expect(await reader.claim(done, FINGERPRINT, LEASE_MS)).toStrictEqual({
+      state: 'completed',
+      fingerprint: FINGERPRINT,
+      response: RESULT,
+    });
+    expect(await reader.claim(running, OTHER_FINGERPRINT, LEASE_MS)).toMatchObject({ state: 'inProgress' });
+    const later = await openStore(file, { now: () => Date.now() + LEASE_MS + 1_000 });
+    const ticket = await claimTicket(later, running);
+    expect(await later.complete(ticket, RESULT, RETENTION_MS)).toBe(true);
+    const schema = await reader.transaction((db) => db.get('SELECT version FROM sep3182_idem_schema'));
+    expect(schema?.version).toBe(2);
+  });
+
   it('leaves the claims of a store that closed to be taken at once, as an exited process does', async () => {
     const file = newFile();
     const [leaving, staying] = [await openStore(file), await openStore(file)];
@@ -775,7 +828,7 @@ describe('fail closed: a file the store cannot use never means executing without
     const newer = newFile();
     await (await openStore(newer)).transaction((db) => db.run('UPDATE sep3182_idem_schema SET version = 7'));
     await expect(SqliteIdempotencyStore.open(newer)).rejects.toThrow(
-      `${newer}: it holds idempotency records of schema version 7; this store reads version 1 (a newer package wrote it?)`,
+      `${newer}: it holds idempotency records of schema version 7; this store reads version 2 (a newer package wrote it?)`,
     );
 
     const foreign = newFile();

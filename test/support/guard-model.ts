@@ -231,6 +231,8 @@ export const tally = {
   quotaExceeded: 0,
   concurrentPairs: 0,
   leaseExpiredWhileRunning: 0,
+  /** Steps of the wall clock alone while a claim ran (a step the claim must outlive). */
+  wallClockStepsWhileRunning: 0,
   retentionExpired: 0,
   resets: 0,
 };
@@ -268,6 +270,12 @@ export interface ModelSettings {
    * else claimed can still complete and be recorded, which only errs on the safe side.
    */
   expiry: 'eager' | 'lazy';
+  /**
+   * The clock a claim's lease is on. `shared` (memory, Redis): the one clock retention is on too.
+   * `monotonic` (SQLite): the machine's monotonic clock, which a step of the wall clock does not
+   * move, while completed records keep their retention on the wall clock.
+   */
+  leaseClock?: 'shared' | 'monotonic';
 }
 
 interface ModelRecord {
@@ -275,7 +283,9 @@ interface ModelRecord {
   fingerprint: string;
   state: 'inProgress' | 'completed';
   owner: number;
+  /** When it expires, on the clock `clock` names: the lease's, or the wall clock. */
   expiresAt: number;
+  clock: 'lease' | 'wall';
   response?: Outcome;
 }
 
@@ -291,7 +301,10 @@ interface ModelCall {
 }
 
 export class GuardModel {
+  /** The wall clock. */
   now = 0;
+  /** The clock leases are on: the wall clock unless `settings.leaseClock` is `monotonic`. */
+  leaseNow = 0;
   balance = 0;
   records = new Map<string, ModelRecord>();
   calls = new Map<number, ModelCall>();
@@ -309,6 +322,7 @@ export class GuardModel {
 
   adopt(other: GuardModel): void {
     this.now = other.now;
+    this.leaseNow = other.leaseNow;
     this.balance = other.balance;
     this.records = new Map([...other.records].map(([slot, record]) => [slot, { ...record }]));
     this.calls = new Map([...other.calls].map(([id, call]) => [id, { ...call }]));
@@ -378,7 +392,8 @@ export class GuardModel {
       fingerprint: fingerprintOf(spec),
       state: 'inProgress',
       owner: call.id,
-      expiresAt: this.now + this.settings.leaseMs,
+      expiresAt: this.leaseNow + this.settings.leaseMs,
+      clock: 'lease',
     });
     call.slot = slot;
     return this.execute(call);
@@ -421,10 +436,20 @@ export class GuardModel {
     record.state = 'completed';
     record.response = outcome;
     record.expiresAt = this.now + this.settings.retentionMs;
+    record.clock = 'wall';
   }
 
+  /** Time passes: every clock moves. */
   advance(ms: number): void {
     this.now += ms;
+    this.leaseNow += ms;
+    if (this.settings.expiry === 'eager') this.expire();
+  }
+
+  /** The wall clock steps (NTP, a VM resumed) and time does not pass: a monotonic clock stays. */
+  stepWallClock(ms: number): void {
+    this.now += ms;
+    if (this.settings.leaseClock !== 'monotonic') this.leaseNow += ms;
     if (this.settings.expiry === 'eager') this.expire();
   }
 
@@ -436,7 +461,7 @@ export class GuardModel {
 
   private expire(): void {
     for (const [slot, record] of this.records) {
-      if (record.expiresAt > this.now) continue;
+      if (record.expiresAt > (record.clock === 'lease' ? this.leaseNow : this.now)) continue;
       this.records.delete(slot);
       if (record.state === 'inProgress') this.expired.leaseWhileRunning += 1;
       else this.expired.retention += 1;
@@ -472,6 +497,8 @@ export interface RealSystem {
   /** reset_ledger, called without a key through `caller`. */
   reset(caller: number): Promise<void>;
   advance(ms: number): Promise<void>;
+  /** Steps the wall clock alone, where the store reads one besides the clock its leases are on. */
+  stepWallClock?(ms: number): Promise<void>;
   /** How long quiet must last before the system counts as settled (a Redis round trip is not instant). */
   settleMs: number;
   /** How long to wait for the system to show what the model expects before calling it a mismatch. */
@@ -485,6 +512,7 @@ export interface RealSystemOptions {
   retentionMs: number;
   leaseMs: number;
   advance(ms: number): Promise<void>;
+  stepWallClock?(ms: number): Promise<void>;
   settleMs: number;
   deadlineMs: number;
   close(): Promise<void>;
@@ -549,6 +577,7 @@ export async function startRealSystem(options: RealSystemOptions): Promise<RealS
       await callTool(clientOf(caller), { name: 'reset_ledger', arguments: {} });
     },
     advance: options.advance,
+    ...(options.stepWallClock && { stepWallClock: options.stepWallClock }),
     settleMs: options.settleMs,
     deadlineMs: options.deadlineMs,
     async close() {
@@ -747,6 +776,28 @@ class Advance implements Command {
   }
 }
 
+class StepWallClock implements Command {
+  constructor(readonly ms: number) {}
+
+  check(): boolean {
+    return true;
+  }
+
+  async run(model: GuardModel, real: RealSystem): Promise<void> {
+    if (!real.stepWallClock) throw new Error('this system has no wall clock to step apart');
+    tally.steps += 1;
+    if ([...model.records.values()].some((r) => r.state === 'inProgress'))
+      tally.wallClockStepsWhileRunning += 1;
+    model.stepWallClock(this.ms);
+    await real.stepWallClock(this.ms);
+    await checkInvariants(model, real);
+  }
+
+  toString(): string {
+    return `the wall clock steps ${this.ms} ms forward, and no time passes`;
+  }
+}
+
 class Reset implements Command {
   constructor(readonly caller: number) {}
 
@@ -787,8 +838,16 @@ function variantOf(pool: CallSpec[]): fc.Arbitrary<CallSpec> {
     );
 }
 
-/** Random programs. `advances` are the clock steps worth trying (the lease and retention edges). */
-export function programs(advances: number[], maxCommands: number): fc.Arbitrary<Iterable<Command>> {
+/**
+ * Random programs. `advances` are the clock steps worth trying (the lease and retention edges);
+ * `wallClockSteps`, where the system has a wall clock apart from its leases' clock, the steps of
+ * that clock alone.
+ */
+export function programs(
+  advances: number[],
+  maxCommands: number,
+  wallClockSteps: number[] = [],
+): fc.Arbitrary<Iterable<Command>> {
   return fc.array(callSpec, { minLength: 1, maxLength: 4 }).chain((pool) => {
     const send = fc
       .tuple(caller, variantOf(pool), fc.boolean())
@@ -808,6 +867,9 @@ export function programs(advances: number[], maxCommands: number): fc.Arbitrary<
         release,
         release,
         fc.constantFrom(...advances).map((ms) => new Advance(ms)),
+        ...(wallClockSteps.length > 0
+          ? [fc.constantFrom(...wallClockSteps).map((ms) => new StepWallClock(ms))]
+          : []),
         caller.map((c) => new Reset(c)),
       ],
       { maxCommands, size: 'max' },

@@ -99,3 +99,12 @@ function answersSignals(pid: number): boolean {
     return Reflect.get(Object(error), 'code') !== 'ESRCH';
   }
 }
+
+/**
+ * The machine's monotonic clock in ms (CLOCK_MONOTONIC, one clock for every process of a boot on
+ * Linux, which no wall-clock step moves), or null where a claim's host does not name the boot it
+ * means something in: a lease on it is judged only by processes of the same `host`.
+ */
+export function monotonicMs(): number | null {
+  return LINUX_HOST ? Number(process.hrtime.bigint() / 1_000_000n) : null;
+}

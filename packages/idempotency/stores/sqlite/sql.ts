@@ -5,7 +5,7 @@
 // Internal to the package: the SQLite store's own.
 
 /** The schema version this store writes, and reads. */
-export const SCHEMA_VERSION = 1;
+export const SCHEMA_VERSION = 2;
 
 /** How many records a sweep looks at (store.ts: every SWEEP_EVERY claims that write). */
 export const SWEEP_ROWS = 256;
@@ -15,7 +15,8 @@ export const SWEEP_ROWS = 256;
 // One row per (scope, idempotency_key), the key's state in `state`:
 //   inProgress     a claim whose call runs: `token` (unique per claim), its holder process
 //                  (`holder_pid`, `holder_started`, `holder_host`; NULL once its store closed),
-//                  `expires_at` (the lease). A continuation's claim keeps the awaiting-input
+//                  `expires_at` (the lease), and `holder_lease_until`, the same lease on the
+//                  holder machine's monotonic clock (NULL where it has none; store.ts says why). A continuation's claim keeps the awaiting-input
 //                  record it took over in `response`, `bytes` and `resumed_until`, for `release`.
 //   awaitingInput  a round answered `input_required`: `response` is that answer.
 //   completed      the final response, replayed to every retry until `expires_at` (retention);
@@ -61,27 +62,40 @@ INSERT INTO sep3182_idem_schema (version) VALUES (0);`;
  * SQL that brings a file's schema from version i to version i + 1. One entry so far; a later
  * version appends its own, and a file of any earlier version is brought up to date at open.
  */
-export const MIGRATIONS: readonly string[] = [SCHEMA];
+export const MIGRATIONS: readonly string[] = [
+  SCHEMA,
+  // 2: a claim's lease on its machine's monotonic clock too, which no wall-clock step moves.
+  'ALTER TABLE sep3182_idem_records ADD COLUMN holder_lease_until INTEGER',
+];
 
 // Each statement that settles a claim changes the row only while it still holds that exact live
 // claim: a claim that lost its key (its lease ran out, or the key was taken over) changes nothing.
-const MINE = `scope = ? AND idempotency_key = ? AND token = ? AND state = 'inProgress' AND expires_at > ?`;
+// ? scope, key, token, now, the monotonic clock (NULL where there is none): the lease is live by
+// either clock, so a wall-clock step forward does not take a running call's claim from it.
+const MINE = `scope = ? AND idempotency_key = ? AND token = ? AND state = 'inProgress'
+  AND (expires_at > ? OR holder_lease_until > ?)`;
+
+// ? now, this machine's host (liveness.ts), its monotonic clock: a row past its expiry, but for
+// the claim of a holder on this machine whose lease, on the monotonic clock, still runs.
+const EXPIRED = `expires_at <= ?
+  AND NOT (state = 'inProgress' AND holder_host IS ? AND coalesce(holder_lease_until > ?, 0))`;
 
 export const SQL = {
-  find: `SELECT state, fingerprint, response, bytes, expires_at, holder_pid, holder_started, holder_host
-    FROM sep3182_idem_records WHERE scope = ? AND idempotency_key = ?`,
+  find: `SELECT state, fingerprint, response, bytes, expires_at, holder_pid, holder_started, holder_host,
+      holder_lease_until FROM sep3182_idem_records WHERE scope = ? AND idempotency_key = ?`,
   usage: 'SELECT records, bytes, next_expiry FROM sep3182_idem_usage WHERE scope = ?',
-  // ? scope, key, fingerprint, expires_at, token, holder pid, started, host
+  // ? scope, key, fingerprint, expires_at, token, holder pid, started, host, lease on the monotonic clock
   claim: `INSERT INTO sep3182_idem_records (scope, idempotency_key, state, fingerprint, expires_at, token,
-      holder_pid, holder_started, holder_host)
-    VALUES (?, ?, 'inProgress', ?, ?, ?, ?, ?, ?)
+      holder_pid, holder_started, holder_host, holder_lease_until)
+    VALUES (?, ?, 'inProgress', ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (scope, idempotency_key) DO UPDATE SET state = 'inProgress', fingerprint = excluded.fingerprint,
       response = NULL, bytes = 0, expires_at = excluded.expires_at, token = excluded.token,
       holder_pid = excluded.holder_pid, holder_started = excluded.holder_started,
-      holder_host = excluded.holder_host, resumed_until = NULL`,
-  // ? token, expires_at, holder pid, started, host, scope, key: the row keeps its response and size, for release.
+      holder_host = excluded.holder_host, holder_lease_until = excluded.holder_lease_until, resumed_until = NULL`,
+  // ? token, expires_at, holder pid, started, host, monotonic lease, scope, key: the row keeps its
+  // response and size, for release.
   resume: `UPDATE sep3182_idem_records SET state = 'inProgress', token = ?, resumed_until = expires_at,
-      expires_at = ?, holder_pid = ?, holder_started = ?, holder_host = ?
+      expires_at = ?, holder_pid = ?, holder_started = ?, holder_host = ?, holder_lease_until = ?
     WHERE scope = ? AND idempotency_key = ?`,
   // ? scope, records, bytes, next expiry: added to what the scope holds.
   count: `INSERT INTO sep3182_idem_usage (scope, records, bytes, next_expiry) VALUES (?, ?, ?, ?)
@@ -93,32 +107,39 @@ export const SQL = {
   mine: `SELECT bytes, resumed_until FROM sep3182_idem_records WHERE ${MINE}`,
   // ? state, response, bytes, expires_at, then MINE's.
   settle: `UPDATE sep3182_idem_records SET state = ?, response = ?, bytes = ?, expires_at = ?, token = NULL,
-      holder_pid = NULL, holder_started = NULL, holder_host = NULL, resumed_until = NULL
+      holder_pid = NULL, holder_started = NULL, holder_host = NULL, holder_lease_until = NULL,
+      resumed_until = NULL
     WHERE ${MINE}`,
   // ? expires_at, then MINE's: a completed record with no response (too large for the file's bound).
   markFull: `UPDATE sep3182_idem_records SET state = 'completed', response = NULL, bytes = 0, expires_at = ?,
-      token = NULL, holder_pid = NULL, holder_started = NULL, holder_host = NULL, resumed_until = NULL
+      token = NULL, holder_pid = NULL, holder_started = NULL, holder_host = NULL, holder_lease_until = NULL,
+      resumed_until = NULL
     WHERE ${MINE}`,
   release: `DELETE FROM sep3182_idem_records WHERE ${MINE}`,
   putBack: `UPDATE sep3182_idem_records SET state = 'awaitingInput', expires_at = resumed_until, token = NULL,
-      holder_pid = NULL, holder_started = NULL, holder_host = NULL, resumed_until = NULL
+      holder_pid = NULL, holder_started = NULL, holder_host = NULL, holder_lease_until = NULL,
+      resumed_until = NULL
     WHERE ${MINE}`,
-  // ? expires_at, holder pid, started, host, then MINE's.
-  renew: `UPDATE sep3182_idem_records SET expires_at = ?, holder_pid = ?, holder_started = ?, holder_host = ?
+  // ? expires_at, holder pid, started, host, monotonic lease, then MINE's.
+  renew: `UPDATE sep3182_idem_records SET expires_at = ?, holder_pid = ?, holder_started = ?, holder_host = ?,
+      holder_lease_until = ?
     WHERE ${MINE}`,
-  // The caller's expired rows, but for the key being claimed (its own row is replaced instead).
-  pruneScope: 'DELETE FROM sep3182_idem_records WHERE scope = ? AND expires_at <= ? AND idempotency_key <> ?',
+  // The caller's expired rows (? scope, key, then EXPIRED's), but for the key being claimed (its
+  // own row is replaced instead).
+  pruneScope: `DELETE FROM sep3182_idem_records WHERE scope = ? AND idempotency_key <> ? AND ${EXPIRED}`,
   recount: `SELECT count(*) AS records, coalesce(sum(bytes), 0) AS bytes, min(expires_at) AS next_expiry
     FROM sep3182_idem_records WHERE scope = ?`,
   setUsage: 'UPDATE sep3182_idem_usage SET records = ?, bytes = ?, next_expiry = ? WHERE scope = ?',
-  // ? the last record swept (scope, key), now: of the next SWEEP_ROWS records, the expired ones
-  // (only those become rows here: most sweeps answer none), and where the next sweep goes on from.
-  sweep: `SELECT scope, idempotency_key, bytes FROM (SELECT scope, idempotency_key, bytes, expires_at
+  // ? the last record swept (scope, key), then EXPIRED's: of the next SWEEP_ROWS records, the
+  // expired ones (only those become rows here: most sweeps answer none), and where the next sweep
+  // goes on from.
+  sweep: `SELECT scope, idempotency_key, bytes FROM (SELECT scope, idempotency_key, bytes, expires_at, state,
+        holder_host, holder_lease_until
       FROM sep3182_idem_records WHERE (scope, idempotency_key) > (?, ?)
-      ORDER BY scope, idempotency_key LIMIT ${SWEEP_ROWS}) WHERE expires_at <= ?`,
+      ORDER BY scope, idempotency_key LIMIT ${SWEEP_ROWS}) WHERE ${EXPIRED}`,
   sweptTo: `SELECT scope, idempotency_key FROM sep3182_idem_records WHERE (scope, idempotency_key) > (?, ?)
     ORDER BY scope, idempotency_key LIMIT 1 OFFSET ${SWEEP_ROWS - 1}`,
-  sweepOne: 'DELETE FROM sep3182_idem_records WHERE scope = ? AND idempotency_key = ? AND expires_at <= ?',
-  orphan: `UPDATE sep3182_idem_records SET holder_pid = NULL, holder_started = NULL, holder_host = NULL
-    WHERE token = ? AND state = 'inProgress'`,
+  sweepOne: `DELETE FROM sep3182_idem_records WHERE scope = ? AND idempotency_key = ? AND ${EXPIRED}`,
+  orphan: `UPDATE sep3182_idem_records SET holder_pid = NULL, holder_started = NULL, holder_host = NULL,
+      holder_lease_until = NULL WHERE token = ? AND state = 'inProgress'`,
 };

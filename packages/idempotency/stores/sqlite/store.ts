@@ -42,6 +42,17 @@
 // gone takes the key as free at once; a live holder, however slow, still answers in progress, and
 // the lease stays the backstop (a holder this machine cannot judge: another pid namespace).
 //
+// --- A step of the wall clock ---
+// Times in the file are the wall clock's, which every process and every restart reads alike, and
+// which NTP, or a VM or laptop resumed, may step. A claim's lease is also kept on its machine's
+// monotonic clock (liveness.ts: one clock for every process of a boot, never stepped), and a
+// claimant of the same machine judges a live holder's lease by that clock alone: a step forward
+// past the lease neither frees the key of a call still running nor fails its renewal or record.
+// What a step can still do: forward, end completed and awaiting-input records early (retention
+// is on the wall clock; a retry after it executes again), and end the lease of a holder this
+// machine cannot judge (another pid namespace or boot, or a system other than Linux), whose key
+// another process may then take while it runs; backward, lengthen both by the step.
+//
 // --- Durability: synchronous = NORMAL by default, chosen ---
 // WAL, and `PRAGMA synchronous = NORMAL`: a commit is written to the WAL file, not fsynced; the
 // WAL is fsynced at each checkpoint. What that keeps:
@@ -104,7 +115,7 @@ import {
   sharedInProcess,
   slotOf,
 } from './in-process.js';
-import { isGone, type ProcessIdentity, THIS_PROCESS } from './liveness.js';
+import { isGone, monotonicMs, type ProcessIdentity, THIS_PROCESS } from './liveness.js';
 import { SQL } from './sql.js';
 import {
   readOwn,
@@ -153,6 +164,12 @@ export interface SqliteStoreOptions extends ScopeQuotaOptions {
   maxFileBytes?: number;
   /** A clock in ms since the epoch (default `Date.now`), shared by every store on the file. Tests pass one they control. */
   now?: () => number;
+  /**
+   * The machine's monotonic clock in ms, which no wall-clock step moves and every process of a
+   * boot reads alike (default: CLOCK_MONOTONIC on Linux, none elsewhere). Leases of this
+   * machine's claims are judged by it. Tests pass one they control, beside `now`.
+   */
+  monotonic?: () => number;
 }
 
 // --- The store ---
@@ -165,6 +182,8 @@ interface HeldRow {
   bytes: number;
   expiresAt: number;
   holder: ProcessIdentity | undefined;
+  /** An in-progress claim's lease on its holder machine's monotonic clock, if it has one. */
+  leaseUntil: number | undefined;
 }
 
 /** What a claim's write decided. */
@@ -177,6 +196,7 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
   readonly driver: SqliteDriverName;
   private readonly busyTimeoutMs: number;
   private readonly now: () => number;
+  private readonly monotonic: () => number | null;
   private readonly lock: ProcessWriteLock;
   /** The completed records this process knows of the file: their replays need no read. */
   private readonly replays: KnownReplays;
@@ -206,6 +226,7 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
     this.maxBytesPerScope = quotas.maxBytesPerScope;
     this.busyTimeoutMs = options.busyTimeoutMs ?? DEFAULT_SQLITE_BUSY_TIMEOUT_MS;
     this.now = options.now ?? Date.now;
+    this.monotonic = options.monotonic ?? monotonicMs;
     this.driver = db.driver;
     this.realPath = realpathSync(path);
     const shared = sharedInProcess(this.realPath);
@@ -327,10 +348,11 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
   async renew(ticket: ClaimTicket, leaseMs: number): Promise<boolean> {
     const lease = milliseconds(leaseMs);
     const renew = (db: SqliteConnection) => {
-      const now = this.now();
+      const { now, mine } = this.mine(ticket);
       const { pid, started, host } = THIS_PROCESS;
-      const mine = [ticket.scope, ticket.idempotencyKey, ticket.token, now] as const;
-      return db.run(SQL.renew, now + lease, pid, started, host, ...mine) === 1;
+      return (
+        db.run(SQL.renew, now + lease, pid, started, host, leaseOn(this.monotonic(), lease), ...mine) === 1
+      );
     };
     try {
       // The call's own transaction holds the file: renewed in it, committed with the record.
@@ -458,7 +480,7 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
     fingerprint: Fingerprint,
     continuation: boolean,
   ): Claim | undefined {
-    const answer = answerOf(held, now, fingerprint, continuation);
+    const answer = answerOf(held, now, this.monotonic(), fingerprint, continuation);
     if (answer?.state === 'completed') {
       const replay = { ...answer, expiresAt: held.expiresAt, characters: held.bytes };
       this.replays.remember(slotOf(id.scope, id.idempotencyKey), replay);
@@ -486,7 +508,8 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
     const live = held !== undefined && held.expiresAt > now;
     if (live && held.state === 'awaitingInput') {
       // The continuation takes the key over; the record's response and size stay, for release.
-      db.run(SQL.resume, token, leaseEnd, pid, started, host, id.scope, id.idempotencyKey);
+      const monotonicEnd = leaseOn(this.monotonic(), leaseMs);
+      db.run(SQL.resume, token, leaseEnd, pid, started, host, monotonicEnd, id.scope, id.idempotencyKey);
       db.run(SQL.count, id.scope, 0, 0, leaseEnd);
       return { state: 'mine', token };
     }
@@ -495,7 +518,18 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
     const ownRecords = held ? 1 : 0;
     const ownBytes = held?.bytes ?? 0;
     if (this.overQuota(db, id, now, ownRecords, ownBytes)) return { state: 'quotaExceeded' };
-    const values = [id.scope, id.idempotencyKey, fingerprint, leaseEnd, token, pid, started, host] as const;
+    const monotonicEnd = leaseOn(this.monotonic(), leaseMs);
+    const values = [
+      id.scope,
+      id.idempotencyKey,
+      fingerprint,
+      leaseEnd,
+      token,
+      pid,
+      started,
+      host,
+      monotonicEnd,
+    ] as const;
     db.run(SQL.claim, ...values);
     db.run(SQL.count, id.scope, 1 - ownRecords, -ownBytes, leaseEnd);
     this.claimsWritten += 1;
@@ -521,7 +555,7 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
       records - ownRecords >= this.maxRecordsPerScope || bytes - ownBytes >= this.maxBytesPerScope;
     if (!usage || !over(integer(usage.records), integer(usage.bytes))) return false;
     if (now < integer(usage.next_expiry)) return true;
-    db.run(SQL.pruneScope, id.scope, now, id.idempotencyKey);
+    db.run(SQL.pruneScope, id.scope, id.idempotencyKey, ...expiredAt(now, this.monotonic()));
     const exact = db.get(SQL.recount, id.scope);
     const records = integer(exact?.records);
     const bytes = integer(exact?.bytes);
@@ -533,13 +567,14 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
 
   /** Deletes the expired among the next SWEEP_ROWS records, whoever's, and uncounts them. */
   private sweep(db: SqliteConnection, now: number): void {
-    const expired = db.all(SQL.sweep, ...this.sweptTo, now);
+    const expired = db.all(SQL.sweep, ...this.sweptTo, ...expiredAt(now, this.monotonic()));
     const last = db.get(SQL.sweptTo, ...this.sweptTo);
     // Past the last record, round again from the first.
     this.sweptTo = last ? [String(last.scope), String(last.idempotency_key)] : ['', ''];
     for (const row of expired) {
       const scope = String(row.scope);
-      if (db.run(SQL.sweepOne, scope, String(row.idempotency_key), now) === 0) continue;
+      if (db.run(SQL.sweepOne, scope, String(row.idempotency_key), ...expiredAt(now, this.monotonic())) === 0)
+        continue;
       db.run(SQL.uncount, -1, -integer(row.bytes), scope);
       db.run(SQL.forgetEmpty, scope);
     }
@@ -584,13 +619,18 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
 
   /** The claim replaced by a record of no response: its key answers `full` (see `answerOf`). */
   private markFullIn(db: SqliteConnection, ticket: ClaimTicket, retentionMs: number): void {
-    const now = this.now();
-    const mine = [ticket.scope, ticket.idempotencyKey, ticket.token, now] as const;
+    const { now, mine } = this.mine(ticket);
     const claim = db.get(SQL.mine, ...mine);
     if (!claim) return;
     const expiresAt = now + retentionMs;
     db.run(SQL.markFull, expiresAt, ...mine);
     db.run(SQL.count, ticket.scope, 0, -integer(claim.bytes), expiresAt);
+  }
+
+  /** The clock's reading now, and the parameters of SQL's MINE for `ticket`'s claim. */
+  private mine(ticket: ClaimTicket) {
+    const now = this.now();
+    return { now, mine: [ticket.scope, ticket.idempotencyKey, ticket.token, now, this.monotonic()] as const };
   }
 
   /** The claim settled, in a write transaction: the record's expiry, or undefined if the claim lost its key. */
@@ -601,8 +641,7 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
     json: string,
     retentionMs: number,
   ): number | undefined {
-    const now = this.now();
-    const mine = [ticket.scope, ticket.idempotencyKey, ticket.token, now] as const;
+    const { now, mine } = this.mine(ticket);
     const claim = db.get(SQL.mine, ...mine);
     if (!claim) return undefined;
     const expiresAt = now + retentionMs;
@@ -614,7 +653,7 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
 
   /** Nothing ran: a fresh claim's row goes; a continuation's puts back the record it took over. */
   private releaseIn(db: SqliteConnection, ticket: ClaimTicket): boolean {
-    const mine = [ticket.scope, ticket.idempotencyKey, ticket.token, this.now()] as const;
+    const { mine } = this.mine(ticket);
     const claim = db.get(SQL.mine, ...mine);
     if (!claim) return false;
     const resumedUntil = claim.resumed_until;
@@ -673,9 +712,16 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
 }
 
 /** The answer for a held key that needs no write, or undefined when the claim must write. */
-function answerOf(held: HeldRow, now: number, fingerprint: Fingerprint, continuation: boolean) {
-  if (held.expiresAt <= now) return undefined;
-  if (held.state === 'inProgress' && (!held.holder || isGone(held.holder))) return undefined;
+function answerOf(
+  held: HeldRow,
+  now: number,
+  monotonic: number | null,
+  fingerprint: Fingerprint,
+  continuation: boolean,
+) {
+  if (held.state === 'inProgress') {
+    if (!held.holder || isGone(held.holder) || leaseOver(held, now, monotonic)) return undefined;
+  } else if (held.expiresAt <= now) return undefined;
   if (held.state === 'awaitingInput' && continuation && held.fingerprint === fingerprint) return undefined;
   // A response too large for the file's bound was executed once and could not be kept.
   if (held.state === 'completed' && held.response === null) return { state: 'full' } as const;
@@ -683,6 +729,26 @@ function answerOf(held: HeldRow, now: number, fingerprint: Fingerprint, continua
     { state: held.state, fingerprint: held.fingerprint, response: parsedJson(held.response) },
     () => JSON.stringify(held),
   );
+}
+
+/**
+ * Whether an in-progress claim's lease has run out: on the monotonic clock of its machine, when
+ * this process shares it (see the file header), else on the wall clock.
+ */
+function leaseOver(held: HeldRow, now: number, monotonic: number | null): boolean {
+  const sameMachine = held.holder?.host === THIS_PROCESS.host;
+  if (sameMachine && monotonic !== null && held.leaseUntil !== undefined) return held.leaseUntil <= monotonic;
+  return held.expiresAt <= now;
+}
+
+/** A lease's end on the monotonic clock, if this machine has one. */
+function leaseOn(monotonic: number | null, leaseMs: number): number | null {
+  return monotonic === null ? null : monotonic + leaseMs;
+}
+
+/** SQL's EXPIRED parameters at `now`: a live claim of this machine's is not expired, whatever the wall clock says. */
+function expiredAt(now: number, monotonic: number | null) {
+  return [now, THIS_PROCESS.host, monotonic] as const;
 }
 
 /** A record's row, its numbers checked: one the store cannot read fails closed (`claimOfHeld`). */
@@ -698,6 +764,7 @@ function heldRow(row: SqlRow): HeldRow {
       typeof pid === 'number' && typeof host === 'string'
         ? { pid, started: typeof started === 'string' ? started : null, host }
         : undefined,
+    leaseUntil: typeof row.holder_lease_until === 'number' ? row.holder_lease_until : undefined,
   };
 }
 
