@@ -5,10 +5,12 @@
 
 import { describe, expect, test } from 'vitest';
 import {
-  type CheckerRun,
+  CONFLICTS,
   checkHttpFixture,
   FIXTURE_CALL,
+  faults,
   NEVER_CHECKABLE,
+  REPLAYS,
   runChecker,
   stdioServer,
   THREE_TOKENS,
@@ -23,20 +25,6 @@ const CALL = [
 ];
 
 const flawed = (flaw: string) => stdioServer('test/fixtures/checker/flawed.ts', flaw);
-
-/** Every check that did not pass (✗ and ⚠), sorted. */
-const faults = (run: CheckerRun) => withStatus(run, 'failed', 'warned').sort();
-
-/** Each rule that holds only if nothing ran again: the six retries of a stored call. */
-const REPLAYS = [
-  'replay.not-executed',
-  'errors.replayed',
-  'equivalence.key-order',
-  'equivalence.whitespace',
-  'equivalence.number-spelling',
-  'equivalence.string-escapes',
-];
-const CONFLICTS = ['conflict.other-arguments', 'conflict.other-tool', 'equivalence.no-unicode-normalization'];
 
 interface FlawCase {
   flaw: string;

@@ -606,6 +606,18 @@ list(CHECKER, '$ npm run check -- --url http://127.0.0.1:3001/mcp', {
     killGroup(server.child);
   },
 });
+list(CHECKER, '$ npm run check -- --command "node --import tsx test/fixtures/checker/flawed.ts', {
+  kind: 'run',
+  check: async (block) => {
+    // The fixture the command names, run as shown: it exits 0, reading the counter the page says.
+    const report = await runToEnd(commandOf(block), START_TIMEOUT_MS * 6);
+    const lines = block.body.split('\n');
+    for (const line of lines.filter((line) => line.startsWith('counter: ') || /^\d+ failed/.test(line)))
+      expect(report.split('\n')).toContain(line);
+    for (const line of lines.filter((line) => /^\s+✓ \S+/.test(line)))
+      expect(report).toContain(line.trim().split(/\s+/)[1]);
+  },
+});
 list(CHECKER, '$ npm run check -- --command ".venv/bin/python', {
   kind: 'fragment',
   needs:

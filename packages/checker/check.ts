@@ -9,7 +9,7 @@
 
 import { parseArgs } from 'node:util';
 import type { CounterOption } from './effect.js';
-import { type Report, RULES, Run, runChecks, type Status } from './rules.js';
+import { counterMistake, type Report, RULES, Run, runChecks, type Status } from './rules.js';
 import {
   connect,
   isObject,
@@ -274,7 +274,8 @@ function unobservedLine({ unobserved, results, broken }: Report): string | undef
   return (
     `Nothing certain about deduplication: ${rules}; ${first?.id}: ${first?.observed}. ` +
     'Pass a --tool and --arguments whose call succeeds, with a key and without, and shows a counter ' +
-    'that moves at each execution (a balance, a count).'
+    'that moves at each execution (a balance, a count); --counter names it where the checker cannot ' +
+    'tell which number it is.'
   );
 }
 
@@ -313,6 +314,10 @@ async function main(argv: string[]): Promise<number> {
     const other = await as('--other-header', options.otherHeaders);
     const forbidden = await as('--forbidden-header', options.forbiddenHeaders);
     const run = new Run(peer, { ...options.inputs, other, forbidden, transport: target.kind });
+    // A --counter that reads no moving number is a mistake of the command line: every rule would
+    // end "not checkable" for it, so say what it found instead, as for a --tool the server lacks.
+    const mistake = await counterMistake(run);
+    if (mistake) throw new UsageError(mistake);
     const report = await runChecks(run);
     const summary = {
       target: describeTarget(target),

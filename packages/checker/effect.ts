@@ -39,6 +39,8 @@ export interface Counter {
   /** How many numbers the baseline's result showed: a position means something only among as many. */
   shown: number;
   option?: CounterOption;
+  /** What `option` found in the baseline's last result (`Balance: 2`), for the report. */
+  found?: string;
 }
 
 /** A number as a result's text writes it. */
@@ -90,16 +92,60 @@ function structuredSpots(shown: Shown): Spot[] {
   return labelled(entries);
 }
 
-/** The number `option` points at in a result, if it shows one. */
-function optionValue(option: CounterOption, shown: Shown): number | undefined {
-  if ('pointer' in option) {
-    const label = option.pointer;
-    return structuredSpots(shown).find((spot) => spot.label === label)?.value;
+/** What `--counter` finds in a result: its number and the text it read it from, or what is there instead. */
+type Found = { value: number; text: string } | { missing: string };
+
+/** The value a JSON pointer (RFC 6901) names in `value`, or undefined if it names nothing. */
+function resolve(pointer: string, value: unknown): unknown {
+  let at = value;
+  for (const token of pointer.split('/').slice(1)) {
+    const name = token.replaceAll('~1', '/').replaceAll('~0', '~');
+    if (Array.isArray(at) && /^(0|[1-9]\d*)$/.test(name)) at = at[Number(name)];
+    else if (isObject(at) && Object.hasOwn(at, name)) at = at[name];
+    else return undefined;
   }
-  const match = option.pattern.exec(textOf(shown.value));
-  const value = Number((match?.[1] ?? match?.[0] ?? '').replace(/,/g, ''));
-  return match && Number.isFinite(value) ? value : undefined;
+  return at;
 }
+
+/** Up to 80 characters of `text`, marked where they are cut. */
+const cut = (text: string) => (text.length > 80 ? `${text.slice(0, 79)}…` : text);
+const quoted = (text: string) => JSON.stringify(cut(text));
+
+function find(option: CounterOption, shown: Shown): Found {
+  if ('pointer' in option) {
+    const structured = isObject(shown.value) ? shown.value.structuredContent : undefined;
+    if (structured === undefined)
+      return {
+        missing: `the result has no structuredContent (a pattern reads its text, ${quoted(textOf(shown.value))})`,
+      };
+    const value = resolve(option.pointer, structured);
+    if (typeof value === 'number') return { value, text: `${option.pointer} = ${value}` };
+    const numbers = structuredSpots(shown).map((spot) => spot.label);
+    const there = `(its numbers: ${numbers.join(', ') || 'none'})`;
+    if (value === undefined) return { missing: `nothing at ${option.pointer} in structuredContent ${there}` };
+    return {
+      missing: `${option.pointer} in structuredContent is ${cut(JSON.stringify(value))}, not a number ${there}`,
+    };
+  }
+  const text = textOf(shown.value);
+  const match = option.pattern.exec(text);
+  if (!match) return { missing: `it matches nothing in the result's text, ${quoted(text)}` };
+  // The first group is the number; a pattern without one is all number.
+  const [whole, group] = match;
+  const read = group ?? whole;
+  const value = Number(read.replace(/,/g, ''));
+  if (read.trim() !== '' && Number.isFinite(value)) return { value, text: whole };
+  if (group === undefined)
+    return {
+      missing: `it matches ${quoted(whole)}, not a number: the number goes in the pattern's first group, such as (\\d+)`,
+    };
+  return { missing: `its first group matches ${quoted(group)} in ${quoted(whole)}, not a number` };
+}
+
+const optionValue = (option: CounterOption, shown: Shown) => {
+  const found = find(option, shown);
+  return 'value' in found ? found.value : undefined;
+};
 
 function spotsOf(counter: Counter, shown: Shown): Spot[] {
   if (shown.kind === 'error') return [];
@@ -127,9 +173,10 @@ function moved(a: Spot[], b: Spot[]): Mark[] {
 export function counterOf(first: Shown, second: Shown, option?: CounterOption): Counter | undefined {
   if (first.kind === 'error' || second.kind === 'error') return undefined;
   if (option) {
-    const [a, b] = [optionValue(option, first), optionValue(option, second)];
-    if (a === undefined || b === undefined || a === b) return undefined;
-    return { source: 'option', marks: [{ label: '', index: 0, step: b - a }], shown: 1, option };
+    const [a, b] = [find(option, first), find(option, second)];
+    if (!('value' in a) || !('value' in b) || a.value === b.value) return undefined;
+    const marks = [{ label: '', index: 0, step: b.value - a.value }];
+    return { source: 'option', marks, shown: 1, option, found: b.text };
   }
   for (const [source, spots] of [
     ['text', textSpots],
@@ -142,29 +189,39 @@ export function counterOf(first: Shown, second: Shown, option?: CounterOption): 
   return undefined;
 }
 
-/** Why `--counter` read no counter from two executions, for the run's report. */
+/** Why `--counter` read no counter from two executions (two calls without a key), in words. */
 export function optionMissed(option: CounterOption, first: Shown, second: Shown): string {
-  const [a, b] = [optionValue(option, first), optionValue(option, second)];
-  if (a === undefined || b === undefined) return `--counter ${optionText(option)} finds no number in them`;
-  return `the number --counter ${optionText(option)} reads stayed at ${a}`;
+  const [a, b] = [find(option, first), find(option, second)];
+  const missed = 'missing' in a ? a : 'missing' in b ? b : undefined;
+  if (missed) return `--counter ${optionText(option)}: ${missed.missing}`;
+  const value = 'value' in a ? a.value : '?';
+  return `--counter ${optionText(option)} reads ${value} in both calls without a key: a number that does not move at each execution counts nothing`;
 }
 
+/** The option as the user wrote it: the pointer, or the pattern in quotes (no JSON escaping). */
 const optionText = (option: CounterOption) =>
-  'pointer' in option ? option.pointer : JSON.stringify(option.pattern.source);
+  'pointer' in option ? option.pointer : `"${option.pattern.source}"`;
 
 const steps = (marks: Mark[]) => marks.map((mark) => mark.step).join(', ');
 
+/** One counting number, in words: `the number after "Balance:"`, `number 2`, `structuredContent /balance`. */
+function markName(counter: Counter, mark: Mark): string {
+  if (counter.option) return `the number --counter ${optionText(counter.option)} reads`;
+  if (counter.source === 'structuredContent') return `structuredContent ${mark.label}`;
+  return mark.label ? `the number after "${mark.label.replace(/@\d+$/, '')}"` : `number ${mark.index + 1}`;
+}
+
 /** Which numbers the counter is, in words, for the report. */
 export function describeCounter(counter: Counter): string {
-  const { marks } = counter;
-  const by = marks.length === 1 ? 'step' : 'steps';
-  if (counter.option) return `--counter ${optionText(counter.option)} (${by} ${steps(marks)})`;
+  const { marks, option } = counter;
+  const by = `${marks.length === 1 ? 'step' : 'steps'} ${steps(marks)}`;
+  if (option && 'pointer' in option)
+    return `structuredContent ${option.pointer}, as --counter names it (${by})`;
+  if (option)
+    return `the number --counter ${optionText(option)} matches in the result's text (${quoted(counter.found ?? '')}, ${by})`;
   if (counter.source === 'structuredContent')
-    return `structuredContent ${marks.map((mark) => mark.label).join(' and ')} (${by} ${steps(marks)})`;
-  const names = marks.map((mark) =>
-    mark.label ? `the number after "${mark.label.replace(/@\d+$/, '')}"` : `number ${mark.index + 1}`,
-  );
-  return `${names.join(' and ')} in the result's text (${by} ${steps(marks)})`;
+    return `${marks.map((mark) => markName(counter, mark)).join(' and ')} (${by})`;
+  return `${marks.map((mark) => markName(counter, mark)).join(' and ')} in the result's text (${by})`;
 }
 
 /** The counter's reading in a result (`7`, or `7/3` for two numbers), by label, else by position. */
@@ -180,12 +237,26 @@ function valueAt(counter: Counter, mark: Mark, spots: Spot[], by: 'label' | 'pos
   return spots.length === counter.shown ? spots[mark.index]?.value : undefined;
 }
 
+/** What each reading says ran between two results: each counting number, found by its label and by its position. */
+function countsBetween(counter: Counter, from: Shown, to: Shown): { mark: Mark; count: number }[] {
+  const [a, b] = [spotsOf(counter, from), spotsOf(counter, to)];
+  return counter.marks.flatMap((mark) =>
+    (['label', 'position'] as const).flatMap((by) => {
+      const [x, y] = [valueAt(counter, mark, a, by), valueAt(counter, mark, b, by)];
+      return x === undefined || y === undefined ? [] : [{ mark, count: (y - x) / mark.step }];
+    }),
+  );
+}
+
+const near = (a: number, b: number) => Math.abs(a - b) < 1e-9;
+
 /**
  * How many executions moved the counter from `from` to `to`, as every reading that can be made
- * says (each counting number, found by its label and by its position): the count when they all
- * agree; when they differ (one number moves by the amount charged, another by one), the reading
- * nearest `expected` if every reading lies on the same side of it, so that "more than expected"
- * and "fewer" stay verdicts; undefined when the readings disagree about that, or none can be made.
+ * says: the count when they all agree. When they differ (one number moves by the amount charged,
+ * another by one; a refund takes a balance back while a count goes on) but none of them says
+ * `expected`, every reading says that something else ran, and that is the verdict: the count is
+ * the whole reading nearest `expected` (on a tie, the one above it: one execution more). Undefined
+ * when some readings say `expected` and others do not (`noCount` says which), or none can be made.
  */
 export function executionsBetween(
   counter: Counter,
@@ -193,20 +264,35 @@ export function executionsBetween(
   to: Shown,
   expected = 1,
 ): number | undefined {
-  const [a, b] = [spotsOf(counter, from), spotsOf(counter, to)];
-  const counts = counter.marks.flatMap((mark) =>
-    (['label', 'position'] as const).flatMap((by) => {
-      const [x, y] = [valueAt(counter, mark, a, by), valueAt(counter, mark, b, by)];
-      return x === undefined || y === undefined ? [] : [(y - x) / mark.step];
-    }),
-  );
-  if (counts.length === 0) return undefined;
-  const agreed = (n: number) => counts.every((c) => Math.abs(c - n) < 1e-9);
-  const whole = Math.round(counts[0] ?? Number.NaN);
-  if (agreed(whole)) return whole;
-  if (counts.every((c) => c > expected + 1e-9)) return Math.min(...counts);
-  if (counts.every((c) => c < expected - 1e-9)) return Math.max(...counts);
-  return undefined;
+  const counts = countsBetween(counter, from, to).map(({ count }) => count);
+  const [first] = counts;
+  if (first === undefined) return undefined;
+  if (counts.every((c) => near(c, Math.round(first)))) return Math.round(first);
+  if (counts.some((c) => near(c, expected))) return undefined;
+  const whole = counts.filter((c) => near(c, Math.round(c)));
+  const nearest = (a: number, b: number) => {
+    const [da, db] = [Math.abs(a - expected), Math.abs(b - expected)];
+    return near(da, db) ? Math.max(a, b) : da < db ? a : b;
+  };
+  return (whole.length > 0 ? whole : counts).reduce(nearest);
+}
+
+/**
+ * Why `from` and `to` give no count (`executionsBetween` is undefined): what each number said, or
+ * that none could be read; `account` says what was read. For a "not checkable" line.
+ */
+export function noCount(counter: Counter, from: Shown, to: Shown, account: string): string {
+  const said = new Map<string, Set<string>>();
+  for (const { mark, count } of countsBetween(counter, from, to)) {
+    const name = markName(counter, mark);
+    said.set(name, (said.get(name) ?? new Set()).add(executionCount(count)));
+  }
+  if (said.size === 0) return `the counter could not be read: ${account}`;
+  const each = [...said].map(([name, counts]) => {
+    const plural = counts.size === 1 && counts.has('1') ? '' : 's';
+    return `${name} says ${[...counts].join(' or ')} execution${plural}`;
+  });
+  return `the counter's numbers disagree (${each.join(', ')}): ${account}; if one of them counts only these calls, name it with --counter`;
 }
 
 /** A count as a person reads it: whole, or to two decimals. */

@@ -21,6 +21,7 @@ import {
   describeCounter,
   executionCount,
   executionsBetween,
+  noCount,
   optionMissed,
   reading,
   unexpected,
@@ -187,13 +188,29 @@ async function counted(run: Run, judge: (counter: Counter) => Promise<Verdict> |
 }
 
 /**
+ * What is wrong with the `--counter` a user named, when two calls without a key succeeded and it
+ * read no number that moved in them: a mistake on the command line, not a finding about the server.
+ */
+export async function counterMistake(run: Run): Promise<string | undefined> {
+  const option = run.inputs.counter;
+  const seen = option && (await baseline(run).catch(() => undefined));
+  if (!option || !seen || seen.counter) return undefined;
+  const { first, second } = seen;
+  return first.kind === 'success' && second.kind === 'success'
+    ? optionMissed(option, first, second)
+    : undefined;
+}
+
+/**
  * A later call under the key got the stored result: the same answer, or (if it differs elsewhere,
  * which replay.identical judges) one whose counter stands where the original's did.
  */
 const replays = (counter: Counter, original: Call, later: Call) =>
   same(original, later) || (later.kind !== 'error' && executionsBetween(counter, original, later, 0) === 0);
 
-const unreadable = (account: string) => nc(`the counter could not be read: ${account}`);
+/** No count of the executions between two results: the counter's numbers disagree, or are not there. */
+const unreadable = (counter: Counter, from: Call, to: Call, account: string) =>
+  nc(noCount(counter, from, to, account));
 
 /**
  * A scenario's original must have executed since the counter's reading before it (when there is
@@ -478,12 +495,15 @@ async function retriedAfterAnotherKey(run: Run, counter: Counter) {
   if (!other || !retry || !probe) return nc(`the keyed call failed: ${describe(original)}`);
   const stale = notExecuted(counter, before, original);
   if (stale) return stale;
-  if (executionsBetween(counter, original, other) !== 1)
+  const n = executionsBetween(counter, original, other);
+  if (n === undefined)
+    return unreadable(counter, original, other, `${describe(original)}, then ${describe(other)}`);
+  if (n !== 1)
     return nc(
       `the same call under a second key did not execute once: it got ${describe(other)} after ${describe(original)} (new-key.executes)`,
     );
   const { extra, moved, account } = afterwards(counter, other, probe, 'the second key');
-  if (extra === undefined) return unreadable(account);
+  if (extra === undefined) return unreadable(counter, other, probe, account);
   return { original, other, retry, extra, moved, account };
 }
 
@@ -526,7 +546,7 @@ function equivalent(spell: (args: Args) => (string | null)[]) {
       const stale = notExecuted(counter, before, original);
       if (stale) return stale;
       const { extra, moved, account } = afterwards(counter, original, probe);
-      if (extra === undefined) return unreadable(account);
+      if (extra === undefined) return unreadable(counter, original, probe, account);
       const sent = spellingsOf(run, spell).map((text) => text ?? 'no arguments member');
       const ran = extra === 0 ? '' : `; ${unexpected(extra)}: ${account}`;
       // Treated as equivalent means replayed: neither rejected nor executed. An answer that is not
@@ -588,7 +608,7 @@ function conflict(observe: (run: Run) => Promise<Conflicted>) {
       const stale = notExecuted(counter, before, original);
       if (stale) return stale;
       const { extra, moved, account } = afterwards(counter, original, probe);
-      if (extra === undefined) return unreadable(account);
+      if (extra === undefined) return unreadable(counter, original, probe, account);
       const ran = extra === 0 ? '' : `; ${unexpected(extra)}: ${account}`;
       if (rejected.kind !== 'error') {
         if (same(original, rejected)) return fail(`returned the stored result: ${describe(rejected)}${ran}`);
@@ -737,7 +757,7 @@ function whileInProgress(judge: (o: WhileInProgress) => Verdict) {
           `the original finished ${ms(remaining)} after its duplicate was sent: too soon to tell an answer at once from a held one; pass slower --slow-arguments`,
         );
       const { extra, moved, account } = afterwards(counter, original, probe, 'the slow original');
-      if (extra === undefined) return unreadable(account);
+      if (extra === undefined) return unreadable(counter, original, probe, account);
       const latency = duplicate.answer.at - duplicate.sentAt;
       const held = latency >= remaining * HELD_SHARE;
       const replayed = replays(counter, original, retry);
@@ -839,7 +859,8 @@ export const RULES: readonly Rule[] = [
                 `a call with a fresh key was refused: ${describe(call)}, where the same call without a key executes`,
               );
             const n = executionsBetween(counter, prior, call);
-            if (n === undefined) return unreadable(`${describe(prior)}, then ${describe(call)}`);
+            if (n === undefined)
+              return unreadable(counter, prior, call, `${describe(prior)}, then ${describe(call)}`);
             if (n === 0)
               return fail(
                 `a call with a fresh key got ${describe(call)}, and the counter stayed at ${reading(counter, call)}: an earlier result was replayed, nothing executed`,
@@ -881,7 +902,8 @@ export const RULES: readonly Rule[] = [
               continue;
             }
             const n = executionsBetween(counter, prior, call);
-            if (n === undefined) return unreadable(`${describe(prior)}, then ${describe(call)}`);
+            if (n === undefined)
+              return unreadable(counter, prior, call, `${describe(prior)}, then ${describe(call)}`);
             if (n <= 0)
               return fail(
                 `the key ${how}, ${JSON.stringify(key)}, got ${describe(call)}, nothing executed (counter ${reading(counter, prior)} → ${reading(counter, call)}): taken for ${JSON.stringify(first?.key)}, whose result it replayed`,
@@ -961,7 +983,7 @@ export const RULES: readonly Rule[] = [
           const stale = notExecuted(counter, before, original);
           if (stale) return stale;
           const { extra, moved, account } = afterwards(counter, original, probe);
-          if (extra === undefined) return unreadable(account);
+          if (extra === undefined) return unreadable(counter, original, probe, account);
           const stored = same(original, retry) ? ', the stored answer' : '';
           if (extra !== 0)
             return fail(`the retry got ${describe(retry)}${stored}, yet ${unexpected(extra)}: ${account}`);
@@ -1026,7 +1048,7 @@ export const RULES: readonly Rule[] = [
         if (!counter)
           return nc(`failures without a key are alike (${describe(a)}): replay looks like re-execution`);
         const { extra, account } = afterwards(counter, first, a, 'the keyed failure');
-        if (extra === undefined) return unreadable(account);
+        if (extra === undefined) return unreadable(counter, first, a, account);
         const ran = extra === 0 ? '' : `; ${unexpected(extra)}: ${account}`;
         if (!same(first, second))
           return fail(
@@ -1236,7 +1258,8 @@ export const RULES: readonly Rule[] = [
           if (same(first, second))
             return fail(`the other caller got the first caller's result: ${describe(second)}`);
           const n = executionsBetween(counter, fresh, second);
-          if (n === undefined) return unreadable(`${describe(fresh)}, then ${describe(second)}`);
+          if (n === undefined)
+            return unreadable(counter, fresh, second, `${describe(fresh)}, then ${describe(second)}`);
           if (n !== 1)
             return fail(
               `the other caller's call with the key moved its counter by ${executionCount(n)} executions: ${reading(counter, fresh)} → ${reading(counter, second)}`,
