@@ -56,6 +56,15 @@ export function declineMessage(amount: number, limit: number, decline: number): 
 /** Whether a provider here declines a charge of `amount`. */
 export const declines = (amount: number): boolean => amount > CHARGE_LIMIT;
 
+/**
+ * What every ledger here does before it commits a charge: an amount over CHARGE_LIMIT is declined,
+ * counted by `countDecline` (the ledger's own count, kept where its balance is) and thrown,
+ * numbered. Nothing is committed.
+ */
+export async function declineOverLimit(amount: number, countDecline: () => Promise<number>): Promise<void> {
+  if (declines(amount)) throw new ChargeDeclined(amount, CHARGE_LIMIT, await countDecline());
+}
+
 export interface Ledger {
   /**
    * Commits `amount` (minor units) and returns the new balance; an amount over CHARGE_LIMIT
@@ -83,7 +92,7 @@ export class MemoryLedger implements Ledger {
 
   async charge(amount: number): Promise<number> {
     await this.wait();
-    if (declines(amount)) throw new ChargeDeclined(amount, CHARGE_LIMIT, ++this.declined);
+    await declineOverLimit(amount, async () => ++this.declined);
     this.total += amount;
     return this.total;
   }

@@ -11,14 +11,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { checkedTablePrefix, postgresTransaction } from 'mcp-request-idempotency/postgres';
 import type pg from 'pg';
-import {
-  CHARGE_LIMIT,
-  ChargeDeclined,
-  type ChargeOptions,
-  declines,
-  type Ledger,
-  type RefundOptions,
-} from '../../ledger.js';
+import { type ChargeOptions, declineOverLimit, type Ledger, type RefundOptions } from '../../ledger.js';
 
 /** The demo ledger's tables under `prefix`: its balance (one row), its entries, its count of declines (one row). */
 export function postgresLedgerMigration(prefix: string): string {
@@ -64,12 +57,12 @@ export class PostgresLedger implements Ledger {
   }
 
   async charge(amount: number, { idempotencyKey }: ChargeOptions = {}): Promise<number> {
-    if (declines(amount)) {
+    await declineOverLimit(amount, async () => {
       const row = await this.write<{ declines: string }>(
         `UPDATE ${this.prefix}declines SET declines = declines + 1 WHERE id = 1 RETURNING declines`,
       );
-      throw new ChargeDeclined(amount, CHARGE_LIMIT, Number(row?.declines));
-    }
+      return Number(row?.declines);
+    });
     return this.move(amount, idempotencyKey);
   }
 

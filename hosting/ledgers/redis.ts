@@ -7,7 +7,7 @@
 // command names one key, so on a Redis Cluster it goes to whichever master holds it.
 
 import type { RedisClient } from 'mcp-request-idempotency/redis';
-import { CHARGE_LIMIT, ChargeDeclined, declines, type Ledger } from '../../ledger.js';
+import { declineOverLimit, type Ledger } from '../../ledger.js';
 
 /** Where the balance lives unless told otherwise. */
 export const DEFAULT_LEDGER_KEY = 'sep3182:ledger:balance';
@@ -30,8 +30,7 @@ export class RedisLedger implements Ledger {
 
   async charge(amount: number): Promise<number> {
     await this.wait();
-    if (declines(amount))
-      throw new ChargeDeclined(amount, CHARGE_LIMIT, await this.client.incr(this.declinesKey));
+    await declineOverLimit(amount, () => this.client.incr(this.declinesKey));
     return this.client.incrBy(this.key, amount);
   }
 

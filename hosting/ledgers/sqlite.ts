@@ -13,14 +13,7 @@ import {
   type SqliteStatements,
   sqliteTransaction,
 } from 'mcp-request-idempotency/sqlite';
-import {
-  CHARGE_LIMIT,
-  ChargeDeclined,
-  type ChargeOptions,
-  declines,
-  type Ledger,
-  type RefundOptions,
-} from '../../ledger.js';
+import { type ChargeOptions, declineOverLimit, type Ledger, type RefundOptions } from '../../ledger.js';
 
 /** The demo ledger's tables in the records' file: its balance (one row), its entries, its count of declines (one row). */
 export const SQLITE_LEDGER_SCHEMA = `
@@ -51,15 +44,14 @@ export class SqliteLedger implements Ledger {
   }
 
   async charge(amount: number, { idempotencyKey }: ChargeOptions = {}): Promise<number> {
-    if (declines(amount)) {
-      const decline = await this.write((db) =>
+    await declineOverLimit(amount, () =>
+      this.write((db) =>
         Number(
           db.get('UPDATE sep3182_ledger_declines SET declines = declines + 1 WHERE id = 1 RETURNING declines')
             ?.declines,
         ),
-      );
-      throw new ChargeDeclined(amount, CHARGE_LIMIT, decline);
-    }
+      ),
+    );
     return this.move(amount, idempotencyKey);
   }
 
