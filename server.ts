@@ -38,7 +38,7 @@ import { batchDecisionLines, logDecision } from './hosting/log.js';
 import { REQUEST_STATE_TTL_SECONDS, requestStateCodec } from './hosting/request-state.js';
 import { serve } from './hosting/serve.js';
 import { startTelemetry } from './hosting/telemetry.js';
-import type { Ledger } from './ledger.js';
+import { CHARGE_LIMIT, ChargeDeclined, type Ledger } from './ledger.js';
 
 export const SERVER_INFO = { name: 'sep-3182-idempotency-demo', version: '0.1.0' };
 
@@ -65,11 +65,13 @@ const chargeOutput = z.object({
 const balanceOutput = z.object({ balance: z.number().int().describe('The current ledger balance') });
 const noInput = z.object({});
 
-/** What a demo tool answers: text for people, structured content for programs. (A type alias:
- * both SDK lines type a tool result as a Record.) */
+/** What a demo tool answers: text for people, structured content for programs; a declined
+ * charge, text alone, marked `isError`. (A type alias: both SDK lines type a tool result as a
+ * Record.) */
 export type DemoToolResult = {
   content: Array<{ type: 'text'; text: string }>;
-  structuredContent: Record<string, unknown>;
+  structuredContent?: Record<string, unknown>;
+  isError?: boolean;
 };
 
 /**
@@ -133,16 +135,25 @@ export interface ToolRegistry {
 export function registerDemoTools(tools: ToolRegistry, ledger: Ledger, store: IdempotencyStore): void {
   // One body for both charge tools, as in the Python prototype: they differ only in how the demo
   // calls them (with a key, without). The provider's key, derived from the MCP call's, goes along.
-  const charge = async ({ amount }: { amount: number }) => {
-    const balance = await ledger.charge(amount, { idempotencyKey: providerKey('charge') });
-    return {
-      content: [{ type: 'text' as const, text: `Charged ${amount}. New balance: ${balance}` }],
-      structuredContent: { charged: amount, balance },
-    };
+  const charge = async ({ amount }: { amount: number }): Promise<DemoToolResult> => {
+    try {
+      const balance = await ledger.charge(amount, { idempotencyKey: providerKey('charge') });
+      return {
+        content: [{ type: 'text', text: `Charged ${amount}. New balance: ${balance}` }],
+        structuredContent: { charged: amount, balance },
+      };
+    } catch (error) {
+      // A decline is the tool's answer, not a broken call: an error result, which the guard
+      // records and replays like any other (SEP: "a successful response or an error response").
+      if (error instanceof ChargeDeclined)
+        return { content: [{ type: 'text', text: error.message }], isError: true };
+      throw error;
+    }
   };
+  const declines = `The provider declines an amount over ${CHARGE_LIMIT}: an error result numbered by its count of declines.`;
   for (const [name, description] of Object.entries({
-    charge_guarded: 'Charge an amount. The demo always calls this tool with an idempotencyKey.',
-    charge_unguarded: 'Charge an amount. Same body as charge_guarded; the demo calls it without a key.',
+    charge_guarded: `Charge an amount. ${declines} The demo always calls this tool with an idempotencyKey.`,
+    charge_unguarded: `Charge an amount. ${declines} Same body as charge_guarded; the demo calls it without a key.`,
   })) {
     tools.withAmount(
       name,

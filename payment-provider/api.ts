@@ -12,7 +12,9 @@
 // or, embedded: `const provider = await startProvider({ port: 0 })`, then `provider.close()`.
 //
 // `Provider.perform` is the mechanism, and reads top to bottom as the algorithm:
-// validate → look up the key → mismatch? → in flight? → execute → store → answer.
+// validate → look up the key → mismatch? → in flight? → execute → store → answer. Executing a
+// charge over the demo's limit (`CHARGE_LIMIT` in ledger.ts) declines it, numbered: a 402 stored
+// under its key like a receipt.
 //
 // What a stand-in may skip and a real provider must not (don't copy these three):
 // - An in-progress record here never expires: it lives in this process with the request it marks,
@@ -31,6 +33,7 @@ import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import { CHARGE_LIMIT, declineMessage, declines } from '../ledger.js';
 
 // --- Limits and defaults, each with its reason ---
 
@@ -70,6 +73,7 @@ const MAX_BODY_DEPTH = 64;
 export const ERROR_TYPES = {
   invalidRequest: 'invalid_request',
   invalidIdempotencyKey: 'invalid_idempotency_key',
+  declined: 'card_declined',
   mismatch: 'idempotency_key_mismatch',
   inUse: 'idempotency_key_in_use',
   badGateway: 'bad_gateway',
@@ -202,6 +206,8 @@ export interface RunningProvider {
 
 class Provider {
   private balance = 0;
+  /** Charges declined since the last reset: each decline's number, as the demo's ledgers count them. */
+  private declines = 0;
   /**
    * Key records, one map per path: a key is scoped to the operation it was sent to, so a key used
    * on /charges and on /refunds are two records (the draft's "Security Considerations" advise a
@@ -341,25 +347,21 @@ class Provider {
       forget();
       return sendError(res, 500, ERROR_TYPES.internal, MESSAGES.internal);
     }
-    const balance = this.balance + (operation === 'charge' ? request.amount : -request.amount);
-    if (!Number.isSafeInteger(balance)) {
-      forget();
-      return sendError(res, 400, ERROR_TYPES.invalidRequest, MESSAGES.balanceRange);
+    let answer: Answer;
+    if (operation === 'charge' && declines(request.amount)) {
+      // Declined: nothing commits, but the provider has decided, so the decline is the key's
+      // answer, stored and replayed like a receipt (Stripe stores declines too).
+      answer = this.decline(request.amount);
+    } else {
+      const balance = this.balance + (operation === 'charge' ? request.amount : -request.amount);
+      if (!Number.isSafeInteger(balance)) {
+        forget();
+        return sendError(res, 400, ERROR_TYPES.invalidRequest, MESSAGES.balanceRange);
+      }
+      // The commit. It stands whatever becomes of the answer below, even if the client has already
+      // gone: that is the failure an Idempotency-Key exists for.
+      answer = this.commit(operation, request, balance, idempotencyKey);
     }
-
-    // The commit. It stands whatever becomes of the answer below, even if the client has already
-    // gone: that is the failure an Idempotency-Key exists for.
-    this.balance = balance;
-    const id = `${ID_PREFIXES[operation]}_${randomUUID().replaceAll('-', '')}`;
-    this.commits.push({
-      seq: this.commits.length + 1,
-      id,
-      operation,
-      amount: request.amount,
-      ...(request.orderId === undefined ? {} : { orderId: request.orderId }),
-      idempotencyKey: idempotencyKey ?? null,
-    });
-    const answer = jsonAnswer(200, { id, amount: request.amount, balance });
 
     // 6. Store the answer with the key, in the same synchronous step as the commit: there is no
     //    moment at which a retry could find the charge committed but the key still in progress.
@@ -390,6 +392,36 @@ class Provider {
       default:
         return send(res, answer);
     }
+  }
+
+  /** Commits the operation at `balance`, logs it, and returns its receipt. */
+  private commit(
+    operation: Operation,
+    request: OperationRequest,
+    balance: number,
+    idempotencyKey: string | undefined,
+  ): Answer {
+    this.balance = balance;
+    const id = `${ID_PREFIXES[operation]}_${randomUUID().replaceAll('-', '')}`;
+    this.commits.push({
+      seq: this.commits.length + 1,
+      id,
+      operation,
+      amount: request.amount,
+      ...(request.orderId === undefined ? {} : { orderId: request.orderId }),
+      idempotencyKey: idempotencyKey ?? null,
+    });
+    return jsonAnswer(200, { id, amount: request.amount, balance });
+  }
+
+  /** Counts a declined charge and returns the decline, numbered: nothing commits. */
+  private decline(amount: number): Answer {
+    this.declines += 1;
+    const decline = this.declines;
+    const message = declineMessage(amount, CHARGE_LIMIT, decline);
+    return jsonAnswer(402, {
+      error: { type: ERROR_TYPES.declined, message, amount, limit: CHARGE_LIMIT, decline },
+    });
   }
 
   /** The key's record, unless it has expired (then it is forgotten, and the key is new again). */
@@ -457,6 +489,7 @@ class Provider {
   private reset(): void {
     this.release();
     this.balance = 0;
+    this.declines = 0;
     for (const records of Object.values(this.records)) records.clear();
     this.commits = [];
     for (const queue of Object.values(this.faults)) queue.length = 0;

@@ -18,6 +18,7 @@ import {
 import { callTool, MODERN_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { DEFAULT_POSTGRES_APPLICATION_NAME } from 'mcp-request-idempotency/postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
 import { connect, type Era, type Peer } from '../packages/checker/wire.js';
 import { START_TIMEOUT_MS } from '../processes/bounds.js';
 import { balanceOf, connectToServer, ERAS, type ServerConnection } from '../processes/launch.js';
@@ -85,6 +86,14 @@ async function ledgerOf(prefix: string): Promise<{ balance: number; entries: num
     balance: Number(balance.rows[0]?.balance ?? Number.NaN),
     entries: entries.rows.map((row) => Number(row.amount)),
   };
+}
+
+/** The declines the ledger has counted (none is an entry: a decline commits no charge). */
+async function declinesOf(prefix: string): Promise<number> {
+  const { rows } = await database().admin.query<{ declines: string }>(
+    `SELECT declines FROM ${prefix}ledger_declines`,
+  );
+  return Number(rows[0]?.declines);
 }
 
 async function entryCount(prefix: string): Promise<number> {
@@ -376,6 +385,43 @@ describe.skipIf(!canRestart)('Postgres killed and restarted during a stream of k
       expect(decided).toContain('storeUnavailable');
     } finally {
       await server.stop();
+    }
+  }, 60_000);
+});
+
+// --- 3b. A declined charge, counted in its record's transaction ---
+//
+// A decline commits no charge, but the ledger counts it, and numbers it: a keyed decline's count
+// commits with its record, so a retry on either instance replays that number, and only a call
+// without a key is declined again.
+
+describe.skipIf(!postgres)('a declined charge on the Postgres ledger', () => {
+  it('replays a keyed decline from the other instance with its own number, declines an unkeyed call next, and charges nothing', async () => {
+    const prefix = newPrefix('decline');
+    const [one, two] = await Promise.all([
+      startHttpInstance(postgresArgs(prefix)),
+      startHttpInstance(postgresArgs(prefix)),
+    ]);
+    const over = CHARGE_LIMIT + 1;
+    const declined = (decline: number) => ({
+      isError: true,
+      content: [{ type: 'text', text: declineMessage(over, CHARGE_LIMIT, decline) }],
+    });
+    try {
+      const params = chargeParams(over, randomUUID());
+      const first = await postToolCall(one.url, params);
+      expect(first.result).toMatchObject(declined(1));
+      const retry = await postToolCall(two.url, params);
+      expect(retry.text).toBe(first.text);
+      const unkeyed = await postToolCall(two.url, {
+        name: 'charge_guarded',
+        arguments: { amount: over },
+      });
+      expect(unkeyed.result).toMatchObject(declined(2));
+      expect(await declinesOf(prefix)).toBe(2);
+      expect(await ledgerOf(prefix)).toStrictEqual({ balance: 0, entries: [] });
+    } finally {
+      await Promise.all([one.stop(), two.stop()]);
     }
   }, 60_000);
 });

@@ -16,6 +16,7 @@ import {
 import { callTool, type KeyedToolCall } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ProviderLedger } from '../hosting/ledgers/provider.js';
+import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
 import { connectToServer, type ServerConnection } from '../processes/launch.js';
 import {
   PROVIDER_IMPLEMENTATIONS,
@@ -336,6 +337,47 @@ function describeHostile(implementation: ProviderImplementation): void {
       } finally {
         await fresh.close();
       }
+    });
+  });
+
+  describe(`a provider that declines (${implementation.name}), over stdio`, () => {
+    let provider: ProviderProcess;
+    let server: ServerConnection;
+    beforeAll(async () => {
+      provider = await startProviderProcess(implementation.command);
+      server = await connectToServer(['--provider-url', provider.url]);
+    });
+    afterAll(async () => {
+      await server?.close();
+      await provider?.stop();
+    });
+    const over = CHARGE_LIMIT + 1;
+
+    it('answers the decline as an error result the guard records; a server without the record gets the same number from the provider, a call without a key the next', async () => {
+      const call: KeyedToolCall = {
+        name: 'charge_guarded',
+        arguments: { amount: over },
+        idempotencyKey: randomUUID(),
+      };
+      const first = await callTool(server.client, call);
+      expect(first).toMatchObject({
+        isError: true,
+        content: [{ type: 'text', text: declineMessage(over, CHARGE_LIMIT, 1) }],
+      });
+      expect(await callTool(server.client, call)).toEqual(first);
+      // A server that never saw the call derives the same provider key: the provider replays its decline.
+      const fresh = await connectToServer(['--provider-url', provider.url]);
+      try {
+        expect(await callTool(fresh.client, call)).toEqual(first);
+      } finally {
+        await fresh.close();
+      }
+      const unkeyed = await callTool(server.client, {
+        name: 'charge_unguarded',
+        arguments: { amount: over },
+      });
+      expect(textOf(unkeyed)).toBe(declineMessage(over, CHARGE_LIMIT, 2));
+      expect(await provider.commits()).toEqual([]);
     });
   });
 

@@ -5,6 +5,7 @@
 // test.
 
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
 import { ERROR_TYPES, startProvider } from '../payment-provider/api.js';
 import {
   PROVIDER_IMPLEMENTATIONS,
@@ -129,6 +130,51 @@ describe.each(PROVIDER_IMPLEMENTATIONS)('the payment provider: $name', ({ comman
       expect(first.status).toBe(200);
       expect(retry.headers['idempotent-replayed']).toBe('true');
       expect(await provider.commits()).toMatchObject([{ idempotencyKey: key }]);
+    });
+  });
+
+  describe('a charge over the limit', () => {
+    const over = CHARGE_LIMIT + 1;
+    const declined = (decline: number) => ({
+      error: {
+        type: ERROR_TYPES.declined,
+        message: declineMessage(over, CHARGE_LIMIT, decline),
+        amount: over,
+        limit: CHARGE_LIMIT,
+        decline,
+      },
+    });
+
+    it('is declined with 402 card_declined, numbered by the declines so far, and nothing is committed', async () => {
+      const first = await provider.charge(over);
+      const second = await provider.charge(over);
+      const largest = await provider.charge(CHARGE_LIMIT);
+
+      expect(first.status).toBe(402);
+      expect(first.body).toEqual(declined(1));
+      expect(second.body).toEqual(declined(2));
+      expect(largest.status).toBe(200);
+      expect(await provider.balance()).toBe(CHARGE_LIMIT);
+      expect(await provider.commits()).toMatchObject([{ seq: 1, amount: CHARGE_LIMIT }]);
+    });
+
+    it('is stored under its key: a retry replays the decline, number and bytes, and is not declined again', async () => {
+      const first = await provider.charge(over, 'declined-1');
+      const retry = await provider.charge(over, 'declined-1');
+      const fresh = await provider.charge(over);
+
+      expect(retry.status).toBe(402);
+      expect(retry.headers['idempotent-replayed']).toBe('true');
+      expect(retry.raw.equals(first.raw)).toBe(true);
+      expect(fresh.body).toEqual(declined(2));
+      expect(await provider.commits()).toEqual([]);
+    });
+
+    it('counts from 1 again after a reset', async () => {
+      await provider.charge(over);
+      await provider.reset();
+
+      expect((await provider.charge(over)).body).toEqual(declined(1));
     });
   });
 

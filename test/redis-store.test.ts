@@ -15,6 +15,7 @@ import {
 } from 'mcp-request-idempotency/redis';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { RedisLedger } from '../hosting/ledgers/redis.js';
+import { CHARGE_LIMIT, ChargeDeclined } from '../ledger.js';
 import {
   commandsDuring as commandsDuringOn,
   REDIS_SKIP_REASON,
@@ -307,6 +308,24 @@ describe.skipIf(!redis)('RedisLedger: one balance for every server instance', ()
 
     expect(await one.balance()).toBe(0);
     expect(await one.charge(1)).toBe(1);
+  });
+
+  it('declines a charge over the limit, numbering the declines of every instance in one count', async () => {
+    const key = `${prefix}ledger:${randomUUID()}`;
+    const one = new RedisLedger(await openClient(), 0, key);
+    const two = new RedisLedger(await openClient(), 0, key);
+    await one.charge(100);
+
+    await expect(one.charge(CHARGE_LIMIT + 1)).rejects.toThrow(
+      new ChargeDeclined(CHARGE_LIMIT + 1, CHARGE_LIMIT, 1),
+    );
+    await expect(two.charge(CHARGE_LIMIT + 1)).rejects.toThrow(/\(decline 2\)$/);
+    // Nothing was committed, and the limit itself is a charge like any other.
+    expect(await two.balance()).toBe(100);
+    expect(await two.charge(CHARGE_LIMIT)).toBe(CHARGE_LIMIT + 100);
+
+    await one.reset();
+    await expect(two.charge(CHARGE_LIMIT + 1)).rejects.toThrow(/\(decline 1\)$/);
   });
 });
 

@@ -22,6 +22,7 @@ import {
 import { SqliteIdempotencyStore, type SqliteStoreOptions } from 'mcp-request-idempotency/sqlite';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { SqliteLedger } from '../hosting/ledgers/sqlite.js';
+import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
 import { START_TIMEOUT_MS } from '../processes/bounds.js';
 import { waitUntil } from '../processes/redis.js';
 import {
@@ -200,6 +201,34 @@ describe('several processes on one file', () => {
           [key, 1],
         ]),
       );
+    },
+    3 * START_TIMEOUT_MS,
+  );
+
+  it(
+    "replays a declined charge to its key in another process, numbers another key's decline next, and charges nothing",
+    async () => {
+      const file = newFile();
+      const [one, two] = await Promise.all([startWorker(file), startWorker(file)]);
+      const key = randomUUID();
+      const over = CHARGE_LIMIT + 1;
+      const declined = await one.call(key, over);
+      expect(declined).toMatchObject({ error: { message: declineMessage(over, CHARGE_LIMIT, 1) } });
+
+      // The decline was counted in the file, with its record: the other process replays it.
+      expect(await two.call(key, over)).toMatchObject({
+        error: { message: declineMessage(over, CHARGE_LIMIT, 1) },
+      });
+      expect(await two.call(randomUUID(), over)).toMatchObject({
+        error: { message: declineMessage(over, CHARGE_LIMIT, 2) },
+      });
+      expect(await ledgerOf(file)).toStrictEqual({ balance: 0, entries: new Map() });
+
+      // A reset zeroes the count every process reads.
+      await (await SqliteLedger.open(await openStore(file))).reset();
+      expect(await one.call(randomUUID(), over)).toMatchObject({
+        error: { message: declineMessage(over, CHARGE_LIMIT, 1) },
+      });
     },
     3 * START_TIMEOUT_MS,
   );

@@ -5,20 +5,24 @@
 // with no help from any provider. Each charge writes its entry and the new balance in one
 // statement, through the call's transaction when the guard offers one (a keyed call), else on
 // its own (a call without a key). `entries` is the ledger's own log: every committed charge once.
+// A declined charge writes no entry; it counts its decline in `declines` the same way, so a keyed
+// decline and its record commit together too.
 
 import { setTimeout as sleep } from 'node:timers/promises';
 import { checkedTablePrefix, postgresTransaction } from 'mcp-request-idempotency/postgres';
 import type pg from 'pg';
-import type { ChargeOptions, Ledger, RefundOptions } from '../../ledger.js';
+import { type ChargeOptions, declineOverLimit, type Ledger, type RefundOptions } from '../../ledger.js';
 
-/** The demo ledger's tables under `prefix`: its balance (one row) and its entries. */
+/** The demo ledger's tables under `prefix`: its balance (one row), its entries, its count of declines (one row). */
 export function postgresLedgerMigration(prefix: string): string {
   return `
 CREATE TABLE IF NOT EXISTS ${prefix}balance (id integer PRIMARY KEY CHECK (id = 1), balance bigint NOT NULL);
 INSERT INTO ${prefix}balance VALUES (1, 0) ON CONFLICT DO NOTHING;
 CREATE TABLE IF NOT EXISTS ${prefix}entries (
   seq bigserial PRIMARY KEY, amount bigint NOT NULL, idempotency_key text, at timestamptz NOT NULL DEFAULT now()
-);`;
+);
+CREATE TABLE IF NOT EXISTS ${prefix}declines (id integer PRIMARY KEY CHECK (id = 1), declines bigint NOT NULL);
+INSERT INTO ${prefix}declines VALUES (1, 0) ON CONFLICT DO NOTHING;`;
 }
 
 export class PostgresLedger implements Ledger {
@@ -53,18 +57,38 @@ export class PostgresLedger implements Ledger {
   }
 
   async charge(amount: number, { idempotencyKey }: ChargeOptions = {}): Promise<number> {
-    const db = (await postgresTransaction()) ?? this.pool;
-    const { rows } = await db.query<{ balance: string }>(
-      `WITH entry AS (INSERT INTO ${this.prefix}entries (amount, idempotency_key) VALUES ($1, $2))
-       UPDATE ${this.prefix}balance SET balance = balance + $1 WHERE id = 1 RETURNING balance`,
-      [amount, idempotencyKey ?? null],
-    );
-    if (this.latencyMs > 0) await sleep(this.latencyMs);
-    return Number(rows[0]?.balance);
+    await declineOverLimit(amount, async () => {
+      const row = await this.write<{ declines: string }>(
+        `UPDATE ${this.prefix}declines SET declines = declines + 1 WHERE id = 1 RETURNING declines`,
+      );
+      return Number(row?.declines);
+    });
+    return this.move(amount, idempotencyKey);
   }
 
-  refund(amount: number, options: RefundOptions = {}): Promise<number> {
-    return this.charge(-amount, options);
+  refund(amount: number, { idempotencyKey }: RefundOptions = {}): Promise<number> {
+    return this.move(-amount, idempotencyKey);
+  }
+
+  /** Moves the balance by `delta`, with its entry, and returns the new balance. */
+  private async move(delta: number, idempotencyKey: string | undefined): Promise<number> {
+    const row = await this.write<{ balance: string }>(
+      `WITH entry AS (INSERT INTO ${this.prefix}entries (amount, idempotency_key) VALUES ($1, $2))
+       UPDATE ${this.prefix}balance SET balance = balance + $1 WHERE id = 1 RETURNING balance`,
+      [delta, idempotencyKey ?? null],
+    );
+    return Number(row?.balance);
+  }
+
+  /** One statement through the call's transaction when the guard offers one (a keyed call), else on its own. */
+  private async write<Row extends pg.QueryResultRow>(
+    sql: string,
+    params: unknown[] = [],
+  ): Promise<Row | undefined> {
+    const db = (await postgresTransaction()) ?? this.pool;
+    const { rows } = await db.query<Row>(sql, params);
+    if (this.latencyMs > 0) await sleep(this.latencyMs);
+    return rows[0];
   }
 
   async balance(): Promise<number> {
@@ -75,6 +99,9 @@ export class PostgresLedger implements Ledger {
   }
 
   async reset(): Promise<void> {
-    await this.pool.query(`UPDATE ${this.prefix}balance SET balance = 0; DELETE FROM ${this.prefix}entries`);
+    await this.pool.query(
+      `UPDATE ${this.prefix}balance SET balance = 0; DELETE FROM ${this.prefix}entries;
+       UPDATE ${this.prefix}declines SET declines = 0`,
+    );
   }
 }

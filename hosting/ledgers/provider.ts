@@ -6,8 +6,9 @@
 // committed again. Retried, with the same key: connection failures, timeouts, 502/503/504, and
 // 409 (the IETF draft: the same key is still being processed; the only answer a client may
 // retry unchanged). Not retried: any other 4xx (the request itself is wrong; a 422 means a key
-// met other parameters, a bug in the caller's key derivation), and a 500 or an unreadable 200
-// (the provider answered, badly; trying again at once would not make it answer better).
+// met other parameters, a bug in the caller's key derivation; a 402 is a declined charge, which
+// the provider stores under the key like a success), and a 500 or an unreadable 200 (the
+// provider answered, badly; trying again at once would not make it answer better).
 //
 // When the attempts run out on failures that leave open whether the provider committed, the
 // tool's outcome is unknown: the guard is told (`markOutcomeUnknown`) and records nothing, so the
@@ -16,7 +17,7 @@
 
 import { setTimeout as sleep } from 'node:timers/promises';
 import { currentExecution, DEFAULT_PROVIDER_KEY_RETENTION_MS } from 'mcp-request-idempotency';
-import type { ChargeOptions, Ledger, RefundOptions } from '../../ledger.js';
+import { ChargeDeclined, type ChargeOptions, type Ledger, type RefundOptions } from '../../ledger.js';
 
 /** A provider's answer to one operation (docs/provider-wire.md). */
 interface ProviderReceipt {
@@ -158,6 +159,7 @@ export class ProviderLedger implements Ledger {
         const text = await answer.text();
         if (answer.ok) return receiptOf(text);
         const error = errorOf(text);
+        if (answer.status === DECLINED_STATUS && error.type === DECLINED_TYPE) throw declinedOf(text, error);
         if (!RETRIED_STATUSES.has(answer.status)) {
           if (answer.status >= 500)
             throw unknownOutcome(new ProviderUnavailable(attempt, `${answer.status} ${error.type}`));
@@ -166,7 +168,12 @@ export class ProviderLedger implements Ledger {
         last = `${answer.status} ${error.type}`;
         retryAfterMs = retryAfterOf(answer.headers.get('retry-after'));
       } catch (error) {
-        if (error instanceof ProviderRefusal || error instanceof ProviderUnavailable) throw error;
+        if (
+          error instanceof ProviderRefusal ||
+          error instanceof ProviderUnavailable ||
+          error instanceof ChargeDeclined
+        )
+          throw error;
         // A reset, a refused connection, a timeout: the request may or may not have arrived.
         last = describeFailure(error);
       }
@@ -188,6 +195,26 @@ export class ProviderLedger implements Ledger {
 
 /** Answers that leave the operation to be retried with the same key (the IETF draft: 409 is one). */
 const RETRIED_STATUSES = new Set([409, 502, 503, 504]);
+
+/** A declined charge on the wire (docs/provider-wire.md): Stripe's status and type for a card decline. */
+const DECLINED_STATUS = 402;
+const DECLINED_TYPE = 'card_declined';
+
+/**
+ * The provider's decline as every ledger says one: its amount, the limit and the provider's
+ * number for it. A decline that lacks them is still a refusal, never a reason to retry.
+ */
+function declinedOf(
+  text: string,
+  error: { type: string; message: string },
+): ChargeDeclined | ProviderRefusal {
+  // errorOf read this type from the body, so the body is JSON.
+  const body = fieldOf(JSON.parse(text), 'error');
+  const [amount, limit, decline] = ['amount', 'limit', 'decline'].map((name) => fieldOf(body, name));
+  return typeof amount === 'number' && typeof limit === 'number' && typeof decline === 'number'
+    ? new ChargeDeclined(amount, limit, decline)
+    : new ProviderRefusal(DECLINED_STATUS, error.type, error.message);
+}
 
 /** Tells the guard this call's outcome is unknown, and hands the error on for the tool to throw. */
 function unknownOutcome(error: ProviderUnavailable): ProviderUnavailable {
