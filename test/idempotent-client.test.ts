@@ -169,8 +169,10 @@ describe.each(ERAS)('IdempotentClient on %s, against the demo server', (era: Era
       const result = await shop.callTool('charge_guarded', { amount: 100 });
       const outcomes = attempts.map((a) => a.outcome);
       expect(outcomes[0]).toBe('timedOut');
-      expect(outcomes.slice(1, -1).every((o) => o === 'inProgress')).toBe(true);
-      expect(outcomes.slice(1, -1).length).toBeGreaterThan(0);
+      // Between them, in-progress answers; on a busy machine a retry may time out as well.
+      const between = outcomes.slice(1, -1);
+      expect(between.filter((o) => o !== 'inProgress' && o !== 'timedOut')).toStrictEqual([]);
+      expect(between).toContain('inProgress');
       expect(outcomes.at(-1)).toBe('answered');
       const decided = decisionsFor(keysOf(calls)[0]);
       expect(decided.at(-1)).toBe('replayed');
