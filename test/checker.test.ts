@@ -10,9 +10,9 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { CHARGE_LIMIT } from '../ledger.js';
 import { type HttpInstance, startHttpInstance } from '../processes/launch.js';
 import {
-  type CheckerRun,
   checkHttpFixture,
   FIXTURE_CALL,
+  faults,
   NEVER_CHECKABLE,
   ROOT,
   runChecker,
@@ -142,9 +142,6 @@ describe('the checker finds nothing wrong with the demo server', () => {
 const FIXTURE_RUN = [...FIXTURE_CALL, '--timeout-ms', '30000'];
 
 const fixture = (name: string) => stdioServer(join('test', 'fixtures', 'checker', `${name}.ts`));
-
-/** Every check that did not pass (✗ and ⚠), sorted. */
-const faults = (run: CheckerRun) => withStatus(run, 'failed', 'warned').sort();
 
 describe('the checker names exactly the rule each fixture breaks', () => {
   const cases = [

@@ -16,7 +16,13 @@ import {
 } from 'mcp-request-idempotency';
 import { callTool } from 'mcp-request-idempotency/client';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { ChargeOptions, Ledger, RefundOptions } from '../ledger.js';
+import {
+  CHARGE_LIMIT,
+  type ChargeOptions,
+  declineOverLimit,
+  type Ledger,
+  type RefundOptions,
+} from '../ledger.js';
 import {
   connectInProcess,
   type InProcessConnection,
@@ -27,11 +33,16 @@ import { textOf } from './support/sep-cases.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 
-/** A provider that commits every call and remembers the key each came with. */
+/**
+ * A provider that commits every call and remembers the key each came with; like every ledger
+ * here, it declines a charge over the limit, numbering each decline.
+ */
 class KeyRecordingLedger implements Ledger {
   readonly keys: Array<string | undefined> = [];
+  declines = 0;
   private total = 0;
   async charge(amount: number, { idempotencyKey }: ChargeOptions = {}): Promise<number> {
+    await declineOverLimit(amount, async () => ++this.declines);
     this.keys.push(idempotencyKey);
     this.total += amount;
     return this.total;
@@ -204,9 +215,13 @@ describe('a tool whose outcome is unknown', () => {
     const ledger = new KeyRecordingLedger();
     const { client } = await server(ledger);
     const key = randomUUID();
-    const first = await callTool(client, { ...keyed(key), arguments: { amount: -1 } });
-    const retry = await callTool(client, { ...keyed(key), arguments: { amount: -1 } });
-    expect(retry).toEqual(first);
+    const declined = { ...keyed(key), arguments: { amount: CHARGE_LIMIT + 1 } };
+    const first = await callTool(client, declined);
+    expect(first.isError).toBe(true);
+    expect(textOf(first)).toMatch(/\(decline 1\)$/);
+    // A second decline would say "decline 2": the retry got the stored one.
+    expect(await callTool(client, declined)).toEqual(first);
+    expect(ledger.declines).toBe(1);
     expect(ledger.keys).toHaveLength(0);
   });
 });

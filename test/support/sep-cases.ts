@@ -18,6 +18,7 @@ import {
 import { callTool, callToolIdempotently, type KeyedToolCall } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { CHARGE_LIMIT } from '../../ledger.js';
 import { type CheckInputs, checkRule, RULES, Run, type Status } from '../../packages/checker/rules.js';
 import type { Peer } from '../../packages/checker/wire.js';
 import { balanceOf, resetLedger } from '../../processes/launch.js';
@@ -67,11 +68,13 @@ const charge = (amount: unknown, idempotencyKey: string = randomUUID()): KeyedTo
  * The call every rule makes unless its case says otherwise, as `checker.test.ts` gives it to the
  * checker: two members (key order), a composed character (escapes, normalisation), which the
  * tool's schema ignores and the guard fingerprints; a charge of 1, so the balance counts executions.
+ * The failing call is a charge over the limit: the ledger numbers each decline, so a stored
+ * decline replayed reads otherwise than a second one.
  */
 const DEMO_CALL = {
   tool: 'charge_guarded',
   arguments: { amount: 1, note: 'café' },
-  errorArguments: { amount: -1 },
+  errorArguments: { amount: CHARGE_LIMIT + 1 },
   otherTool: 'charge_unguarded',
 };
 
@@ -111,8 +114,16 @@ const RULE_CASES: RuleCase[] = [
   { rule: 'replay.own-result', balance: 5 },
   {
     rule: 'errors.replayed',
-    // The stored failure came back, but a schema rejection is the same every time: a replay
-    // cannot be told from a fresh rejection, and the rule says so.
+    observed:
+      /^the stored failure was replayed: .*Declined: amount \d+ over the limit of \d+ \(decline \d+\)/,
+    balance: 1,
+  },
+  {
+    rule: 'errors.replayed',
+    name: 'a schema rejection, the same every time',
+    inputs: { errorArguments: { amount: -1 } },
+    // The stored failure came back, but a fresh rejection would read the same: a replay cannot
+    // be told from it, and the rule says so.
     status: 'not checkable',
     observed: /^failures without a key are alike \(isError ".*Input validation error: Invalid argum/,
     balance: 1,
