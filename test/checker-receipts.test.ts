@@ -46,6 +46,24 @@ describe('a correct server whose receipts name the caller, with a balance per ca
     expect(run.unobserved).toEqual([]);
     expect(run.code).toBe(0);
   }, 90_000);
+
+  test("over HTTP, one caller's record rendered as the other's receipt: the counter shows nothing ran, scope.per-caller fails, exit 1", async () => {
+    const run = await checkHttpFixture(
+      ['flawed.ts', 'renders-shared-record', '--http', '--receipt'],
+      [...THREE_TOKENS, ...CALL],
+    );
+    expect(faults(run)).toEqual(['scope.per-caller']);
+    // Bob's receipt, his name and his balance, yet neither number moved as one execution does:
+    // his balance stayed at the 1 of his call with a fresh key, and the count went back to the
+    // first caller's charge.
+    const observed = run.checks.get('scope.per-caller')?.observed ?? '';
+    const moved =
+      /^the other caller's call with the key moved its counter by 0 executions: 1\/(\d+) → 1\/(\d+)$/;
+    expect(observed).toMatch(moved);
+    const [, before, after] = moved.exec(observed) ?? [];
+    expect(Number(after)).toBeLessThan(Number(before));
+    expect(run.code).toBe(1);
+  }, 90_000);
 });
 
 describe('a server with a flaw fails the rule it breaks in receipt mode too, exit status 1', () => {
