@@ -39,7 +39,10 @@ export interface ProviderImplementation {
 export const PROVIDER_IMPLEMENTATIONS: ProviderImplementation[] = [
   {
     name: 'payment-provider/api.ts',
-    command: [join(ROOT, 'node_modules', '.bin', 'tsx'), join(ROOT, 'payment-provider', 'api.ts')],
+    // Node itself with tsx's loader, not the tsx command: that wrapper relays a SIGTERM to its child
+    // and, when the child has not acknowledged it within some 60 ms (a busy machine), kills it
+    // and exits 143.
+    command: [process.execPath, '--import', 'tsx', join(ROOT, 'payment-provider', 'api.ts')],
   },
   // Written in Python from docs/provider-wire.md alone, by someone who had not read payment-provider/api.ts.
   {
@@ -103,6 +106,8 @@ export type Commit = z.infer<typeof CommitSchema>;
 export interface ProviderProcess {
   /** `http://127.0.0.1:PORT`, as the listening line gave it. */
   url: string;
+  /** The process the command started, which leads its own process group. */
+  pid: number;
   /** The last few thousand characters the process wrote to stderr. */
   stderr(): string;
   /** Any request, raw: for the bodies and headers the helpers below would not send. */
@@ -176,6 +181,8 @@ export async function startProviderProcess(
     throw error;
   }
   const port = Number(new URL(url).port);
+  // A process that printed its listening line was spawned, and has a pid.
+  if (pid === undefined) throw new Error(`${described} listens, yet has no pid`);
 
   const request = (method: string, path: string, requestOptions: RequestOptions = {}) =>
     send(url, method, path, requestOptions);
@@ -189,6 +196,7 @@ export async function startProviderProcess(
 
   return {
     url,
+    pid,
     stderr: () => stderr,
     request,
     charge: (amount, key) => request('POST', '/charges', { key, body: JSON.stringify({ amount }) }),

@@ -4,6 +4,7 @@
 // pin down. Each implementation gets three processes (plain, slow, forgetful), reset before every
 // test.
 
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
 import { ERROR_TYPES, startProvider } from '../payment-provider/api.js';
@@ -21,6 +22,34 @@ const SLOW_LATENCY_MS = 1_500;
 const INTO_THE_WINDOW_MS = 250;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * The process of process group `group` that listens on `port` (from Linux's /proc): the command
+ * itself, or the child of a wrapper it ran.
+ */
+function listenerOf(group: number, port: number): number {
+  const hexPort = `:${port.toString(16).toUpperCase().padStart(4, '0')}`;
+  const LISTEN = '0A';
+  const sockets = new Set(
+    readFileSync('/proc/net/tcp', 'utf8')
+      .split('\n')
+      .map((line) => line.trim().split(/\s+/))
+      .filter(([, local, , state]) => local?.endsWith(hexPort) && state === LISTEN)
+      .map((fields) => `socket:[${fields[9]}]`),
+  );
+  for (const pid of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
+    try {
+      // Fields after the command's closing parenthesis: state, parent, process group.
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]) !== group) continue;
+      const fds = readdirSync(`/proc/${pid}/fd`);
+      if (fds.some((fd) => sockets.has(readlinkSync(`/proc/${pid}/fd/${fd}`)))) return Number(pid);
+    } catch {
+      // gone meanwhile, or not ours to read
+    }
+  }
+  throw new Error(`nothing in process group ${group} listens on port ${port}`);
+}
 
 /** The `error.type` of an error answer, or undefined if the body is not one. */
 function errorTypeOf(result: ProviderResult): unknown {
@@ -612,6 +641,18 @@ describe.each(PROVIDER_IMPLEMENTATIONS)('the payment provider: $name', ({ comman
       const own = await startProviderProcess(command);
 
       expect(await own.stop()).toBe(0);
+    });
+
+    it('exits 0 on SIGTERM when it runs its handler late, as on a busy machine', async () => {
+      const own = await startProviderProcess(command);
+      // The serving process unscheduled for 200 ms while the SIGTERM arrives: a wrapper that gives
+      // its child tens of milliseconds to acknowledge the signal kills it instead, and exits 143.
+      const serving = listenerOf(own.pid, Number(new URL(own.url).port));
+      process.kill(serving, 'SIGSTOP');
+      const resumed = setTimeout(() => process.kill(serving, 'SIGCONT'), 200);
+
+      expect(await own.stop()).toBe(0);
+      clearTimeout(resumed);
     });
 
     it('is gone after SIGKILL: nothing answers on its port', async () => {
