@@ -693,7 +693,9 @@ class Send implements Command {
 
 /**
  * Two calls in the same tick, through two callers: a retry racing its original. Whichever
- * claims first executes; the model accepts either order, and learns which one happened.
+ * claims first executes; the model accepts either order, and learns which one happened. A call
+ * answered at once (a tool error, an unknown tool) may also be recorded before the other claims,
+ * on a busy machine or through another instance's connection: the other then replays it.
  */
 class SendTogether implements Command {
   constructor(
@@ -710,15 +712,30 @@ class SendTogether implements Command {
     const first = real.send(this.callers[0], this.specs[0]);
     const second = real.send(this.callers[1], this.specs[1]);
     const ids = [first.id, second.id];
-    const inOrder = model.clone();
-    inOrder.send(first.id, first.caller, first.spec);
-    inOrder.send(second.id, second.caller, second.spec);
-    const reversed = model.clone();
-    reversed.send(second.id, second.caller, second.spec);
-    reversed.send(first.id, first.caller, first.spec);
+    /** What the model allows when `earlier` claims first, and `recorded`: once it was answered. */
+    const ordered = (earlier: RealCall, later: RealCall, recorded: boolean): GuardModel | undefined => {
+      const candidate = model.clone();
+      const expectation = candidate.send(earlier.id, earlier.caller, earlier.spec);
+      if (recorded) {
+        if (expectation.kind === 'held' || !earlier.outcome) return undefined;
+        candidate.answered(earlier.id, earlier.outcome);
+      }
+      candidate.send(later.id, later.caller, later.spec);
+      return candidate;
+    };
+    // In order first, so that where several agree the model learns the plainest.
+    const candidates = () =>
+      [
+        ordered(first, second, false),
+        ordered(second, first, false),
+        ordered(first, second, true),
+        ordered(second, first, true),
+      ].filter((candidate) => candidate !== undefined);
     const agrees = (candidate: GuardModel) => differences(candidate, real, ids).length === 0;
-    await settle(real, () => agrees(inOrder) || agrees(reversed));
-    model.adopt(agrees(reversed) && !agrees(inOrder) ? reversed : inOrder);
+    await settle(real, () => candidates().some(agrees));
+    const [inOrder] = candidates();
+    const agreed = candidates().find(agrees) ?? inOrder;
+    if (agreed) model.adopt(agreed);
     assertAgreement(model, real, ids);
     countCalls(model, ids);
     tally.concurrentPairs += 1;
