@@ -260,7 +260,7 @@ async function brokenStreamReissued(instance: HttpInstance): Promise<void> {
     );
     const text = JSON.stringify(Reflect.get(Object(answer), 'structuredContent'));
     expect(s, 'a later re-issue got the stored response', text === '{"charged":100,"balance":100}', text);
-    const decisions = instance.decisions().filter((d) => d.idempotencyKey === params.idempotencyKey);
+    const decisions = (await instance.decisions()).filter((d) => d.idempotencyKey === params.idempotencyKey);
     expect(
       s,
       'the charge executed once, under the first request',

@@ -52,8 +52,7 @@ export async function agentFrameworkRetries(): Promise<void> {
         keys.length === 2 && typeof keys[0] === 'string' && keys[1] === keys[0],
         `${keys.length} attempts, ${new Set(keys).size} key`,
       );
-      const decided = instance
-        .decisions()
+      const decided = (await instance.decisions())
         .filter((d) => d.idempotencyKey === keys[0])
         .map((d) => String(d.decision));
       say(`  the server decided: ${decided.join(', ')}`);

@@ -76,8 +76,8 @@ export interface ServerConnection {
   discovery: unknown;
   /** The server's stderr, one line per element (its decision log). */
   stderrLines: string[];
-  /** The guard's decision log lines, parsed. */
-  decisions(): Array<Record<string, unknown>>;
+  /** The guard's decision log lines, parsed: every line written before the answers this process has. */
+  decisions(): Promise<DecisionLine[]>;
   /** The server process's pid (for a test that freezes it). */
   pid: number;
   /** SIGKILL of the server process, as a crash would; resolves once the connection is closed. */
@@ -184,8 +184,19 @@ export async function connectToServer(
   };
 }
 
-/** The guard's decision lines among a server's stderr lines, parsed. */
-function decisionsIn(stderrLines: string[]): Array<Record<string, unknown>> {
+/** A decision log line, parsed. */
+export type DecisionLine = Record<string, unknown>;
+
+/**
+ * The guard's decision lines among a server's stderr lines, parsed, once this process has read
+ * every line the server wrote before the answers it has. The server writes a call's line before it
+ * answers the call, but the line and the answer come on two descriptors (stderr, and stdout or a
+ * socket), and the event-loop turn that finds both ready may hand the answer to its caller first: a
+ * test that reads the log as soon as it has an answer could miss that answer's line. Both were
+ * ready in that turn, so by the next one the line has been read.
+ */
+export async function decisionsIn(stderrLines: readonly string[]): Promise<DecisionLine[]> {
+  await new Promise((resolve) => setImmediate(resolve));
   return stderrLines
     .filter((line) => line.includes('"event":"idempotency"'))
     .map((line) => Object.fromEntries(Object.entries(JSON.parse(line))));
@@ -198,8 +209,8 @@ export interface HttpInstance {
   /** Where it serves Prometheus text, when started with `--metrics-port`. */
   metricsUrl: URL | undefined;
   stderrLines: string[];
-  /** The guard's decision log lines, parsed. */
-  decisions(): Array<Record<string, unknown>>;
+  /** The guard's decision log lines, parsed: every line written before the answers this process has. */
+  decisions(): Promise<DecisionLine[]>;
   /** SIGKILL, as a crash would; resolves when the process is gone. */
   kill(): Promise<void>;
   /** SIGTERM (the server first records its open keyed calls), then SIGKILL after `graceMs`. */

@@ -42,8 +42,7 @@ export async function clientOwnsItsRetries(): Promise<void> {
       attempts.length > 1 && keys.size === 1,
       [...keys].join(', '),
     );
-    const decided = instance
-      .decisions()
+    const decided = (await instance.decisions())
       .filter((d) => keys.has(String(d.idempotencyKey)))
       .map((d) => String(d.decision));
     say(`  the server decided: ${decided.join(', ')}`);
@@ -56,7 +55,7 @@ export async function clientOwnsItsRetries(): Promise<void> {
     const balance = await shop.callTool('get_balance');
     const charged = Reflect.get(Object(balance.structuredContent), 'balance');
     expect(s, 'get_balance shows one charge', charged === 100, `balance ${charged}`);
-    const readsKeyed = instance.decisions().some((d) => d.tool === 'get_balance');
+    const readsKeyed = (await instance.decisions()).some((d) => d.tool === 'get_balance');
     expect(s, 'get_balance, read-only, went without a key', !readsKeyed, readsKeyed ? 'keyed' : 'no key');
   } finally {
     await shop.close();

@@ -52,7 +52,7 @@ export async function refundAsksFirst(): Promise<void> {
     );
     const balance = await balanceOf(server.client);
     expect(s, 'one refund on the ledger', balance === -4200, `balance ${balance}`);
-    const decided = server.decisions().map((d) => String(d.decision));
+    const decided = (await server.decisions()).map((d) => String(d.decision));
     say(`  the guard decided: ${decided.join(', ')}`);
     expect(
       s,

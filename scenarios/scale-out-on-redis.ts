@@ -60,9 +60,8 @@ export async function runScaleOutScenarios(required: boolean): Promise<void> {
   }
 }
 
-function keyedDecisions(instance: HttpInstance, idempotencyKey: string): string[] {
-  return instance
-    .decisions()
+async function keyedDecisions(instance: HttpInstance, idempotencyKey: string): Promise<string[]> {
+  return (await instance.decisions())
     .filter((d) => d.idempotencyKey === idempotencyKey)
     .map((d) => String(d.decision));
 }
@@ -110,8 +109,8 @@ async function retryLandsElsewhere({ a, b }: ScaleOut): Promise<void> {
       textOf(result) === 'Charged 100. New balance: 100',
       textOf(result),
     );
-    const onA = keyedDecisions(a, idempotencyKey);
-    const onB = keyedDecisions(b, idempotencyKey);
+    const onA = await keyedDecisions(a, idempotencyKey);
+    const onB = await keyedDecisions(b, idempotencyKey);
     say(`  instance A decided: ${onA.join(', ')}`);
     say(`  instance B decided: ${onB.join(', ')}`);
     expect(

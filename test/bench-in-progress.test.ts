@@ -46,7 +46,7 @@ describe('the benchmark, when an original ends before the duplicates beside it',
       }
       await inProgress.settle?.();
 
-      const decisions = slow.decisions().map((d) => String(d.decision));
+      const decisions = (await slow.decisions()).map((d) => String(d.decision));
       const executed = decisions.filter((d) => d === 'executed').length;
       const replayed = decisions.filter((d) => d === 'replayed').length;
       // At least three originals ran one after another, each executed once; every counted call

@@ -25,6 +25,7 @@ import {
   balanceOf,
   connectHttpClient,
   connectToServer,
+  type DecisionLine,
   resetLedger,
   startHttpInstance,
 } from '../processes/launch.js';
@@ -74,12 +75,12 @@ function refundedBy(answer: Answer): unknown {
 interface Target {
   opens: Client;
   continues: Client;
-  decisions(): string[];
+  decisions(): Promise<string[]>;
   close(): Promise<void>;
 }
 
 /** What the guard decided, in the order of the log's lines. */
-function decisionsIn(lines: Array<Record<string, unknown>>): string[] {
+function decisionWords(lines: DecisionLine[]): string[] {
   return lines.map((line) => String(line.decision));
 }
 
@@ -101,11 +102,11 @@ function describeContinuationRules(label: string, start: () => Promise<Target | 
       const t = target;
       if (!t) throw new Error(REDIS_SKIP_REASON);
       await resetLedger(t.opens);
-      const before = t.decisions().length;
+      const before = (await t.decisions()).length;
       await body(t);
       if (!decided) return;
-      await waitUntil(async () => t.decisions().length - before >= decided.length).catch(() => {});
-      expect(t.decisions().slice(before)).toStrictEqual(decided);
+      await waitUntil(async () => (await t.decisions()).length - before >= decided.length).catch(() => {});
+      expect((await t.decisions()).slice(before)).toStrictEqual(decided);
     }
 
     it('asks first and refunds nothing; a repeat of the opening round is asked again without running the tool', async () => {
@@ -242,7 +243,7 @@ describeContinuationRules('over stdio', async () => {
   return {
     opens: server.client,
     continues: server.client,
-    decisions: () => decisionsIn(server.decisions()),
+    decisions: async () => decisionWords(await server.decisions()),
     close: server.close,
   };
 });
@@ -253,7 +254,7 @@ describeContinuationRules('over stateless HTTP', async () => {
   return {
     opens: client,
     continues: client,
-    decisions: () => decisionsIn(instance.decisions()),
+    decisions: async () => decisionWords(await instance.decisions()),
     close: async () => {
       await client.close();
       await instance.stop();
@@ -287,7 +288,10 @@ describeContinuationRules('on two HTTP instances sharing Redis, each continuatio
     opens,
     continues,
     // One log in the order the calls ran: each test's calls are sequential but for the concurrent pair.
-    decisions: () => decisionsIn([...a.decisions(), ...b.decisions()].sort(byTime)),
+    decisions: async () => {
+      const [onA, onB] = await Promise.all([a.decisions(), b.decisions()]);
+      return decisionWords([...onA, ...onB].sort(byTime));
+    },
     close: async () => {
       await Promise.all([opens.close(), continues.close()]);
       await Promise.all([a.stop(), b.stop()]);
@@ -295,7 +299,7 @@ describeContinuationRules('on two HTTP instances sharing Redis, each continuatio
   };
 });
 
-function byTime(x: Record<string, unknown>, y: Record<string, unknown>): number {
+function byTime(x: DecisionLine, y: DecisionLine): number {
   return String(x.time).localeCompare(String(y.time));
 }
 
@@ -376,9 +380,9 @@ describe('a refund from a 2025-11-25 client, the question asked inside the call'
       expect(result.structuredContent).toMatchObject({ refunded: 4200 });
       expect(await callTool(server.client, call)).toStrictEqual(result);
       expect([asked, await balanceOf(server.client)]).toStrictEqual([1, -4200]);
-      const decided = () => decisionsIn(server.decisions());
-      await waitUntil(async () => decided().length >= 3).catch(() => {});
-      expect(decided()).toStrictEqual(['inProgress', 'executed', 'replayed']);
+      const decided = async () => decisionWords(await server.decisions());
+      await waitUntil(async () => (await decided()).length >= 3).catch(() => {});
+      expect(await decided()).toStrictEqual(['inProgress', 'executed', 'replayed']);
     } finally {
       await server.close();
     }

@@ -158,7 +158,7 @@ describe('--allowed-hosts: the names a server behind a DNS name answers to', () 
     expect(await postAs(server.url, charge(), { host: named, origin: 'https://attacker.example' })).toBe(403);
     // The decision log: fetch, which the balance is read with, cannot send another Host.
     await expect
-      .poll(() => server.decisions().map((line) => line.decision))
+      .poll(async () => (await server.decisions()).map((line) => line.decision))
       .toStrictEqual(['executed', 'executed']);
   });
 });
@@ -270,7 +270,7 @@ describe('reset_ledger, which forgets every caller’s records', () => {
     const first = await running;
     const retry = await postRaw(server.url, toolsCall(params), as('token-b'));
     expect(retry.text).toBe(first.text);
-    const decided = server.decisions().filter((d) => d.idempotencyKey === params.idempotencyKey);
+    const decided = (await server.decisions()).filter((d) => d.idempotencyKey === params.idempotencyKey);
     expect(decided.filter((d) => d.decision === 'executed')).toHaveLength(1);
     expect(await balanceAt(server.url, as('token-b'))).toBe(before + 100);
   }, 30_000);

@@ -142,12 +142,9 @@ const textOf = (answer: WireAnswer) => JSON.stringify(field(answer.body.result, 
  * stderr, which can arrive a moment after the HTTP answer.
  */
 async function decisionsFor(instance: HttpInstance, key: string, last: string): Promise<unknown[]> {
-  const mine = () =>
-    instance
-      .decisions()
-      .filter((d) => d.idempotencyKey === key)
-      .map((d) => d.decision);
-  await waitUntil(async () => mine().includes(last), 2_000).catch(() => {});
+  const mine = async () =>
+    (await instance.decisions()).filter((d) => d.idempotencyKey === key).map((d) => d.decision);
+  await waitUntil(async () => (await mine()).includes(last), 2_000).catch(() => {});
   return mine();
 }
 
@@ -519,8 +516,10 @@ describe('a client that disconnects mid-call', () => {
       const code = await peer.disconnect();
       expect(code).toBe(0);
       expect(performance.now() - hungUp).toBeGreaterThan(CHARGE_MS / 2);
-      await waitUntil(async () => peer.decisions().length > 0, 2_000);
-      expect(peer.decisions().map((d) => [d.decision, d.idempotencyKey])).toStrictEqual([['executed', key]]);
+      await waitUntil(async () => (await peer.decisions()).length > 0, 2_000);
+      expect((await peer.decisions()).map((d) => [d.decision, d.idempotencyKey])).toStrictEqual([
+        ['executed', key],
+      ]);
     } finally {
       await peer.stop();
     }
@@ -553,8 +552,10 @@ describe('a client that disconnects mid-call', () => {
         expect(answer.line).toBe(
           '{"result":{"content":[{"type":"text","text":"Charged 100. New balance: 100"}],"structuredContent":{"charged":100,"balance":100}},"jsonrpc":"2.0","id":1}',
         );
-        await waitUntil(async () => retry.decisions().length > 0, 2_000);
-        expect(retry.decisions().map((d: Record<string, unknown>) => d.decision)).toStrictEqual(['replayed']);
+        await waitUntil(async () => (await retry.decisions()).length > 0, 2_000);
+        expect((await retry.decisions()).map((d: Record<string, unknown>) => d.decision)).toStrictEqual([
+          'replayed',
+        ]);
         expect(await server().admin.get(`${prefix}ledger:balance`)).toBe('100');
       } finally {
         await retry.stop();

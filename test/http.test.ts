@@ -167,7 +167,7 @@ describe('bearer auth and per-principal scope', () => {
       );
       expect(await retry.text()).not.toContain('Charged');
       expect(await balance('token-r')).toBe(before + 10);
-      const decided = server.decisions().filter((d) => d.idempotencyKey === params.idempotencyKey);
+      const decided = (await server.decisions()).filter((d) => d.idempotencyKey === params.idempotencyKey);
       expect(decided.map((d) => d.decision)).toStrictEqual(['executed']);
       // The token that may charge still gets the stored response.
       expect(JSON.parse(await jsonRpcText(await send[era]('token-a', params)))).toMatchObject({
@@ -181,14 +181,16 @@ describe('bearer auth and per-principal scope', () => {
       const refused = await send[era]('token-r', params);
       expect(refused.status).toBe(403);
       expect(await balance('token-r')).toBe(before);
-      expect(server.decisions().filter((d) => d.idempotencyKey === params.idempotencyKey)).toStrictEqual([]);
+      expect(
+        (await server.decisions()).filter((d) => d.idempotencyKey === params.idempotencyKey),
+      ).toStrictEqual([]);
     });
   });
 
   it('logs each decision under the principal’s scope', async () => {
     const key = randomUUID();
     await call('token-b', { name: 'get_balance', arguments: {}, idempotencyKey: key });
-    const logged = server.decisions().filter((d) => d.idempotencyKey === key);
+    const logged = (await server.decisions()).filter((d) => d.idempotencyKey === key);
     expect(logged.map((d) => [d.decision, d.scope])).toStrictEqual([['executed', 'principal:bob']]);
   });
 });

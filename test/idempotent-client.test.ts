@@ -104,9 +104,8 @@ beforeAll(async () => {
 afterAll(() => instance?.stop(5_000));
 
 /** The server's decisions about `idempotencyKey`, in the order it logged them. */
-function decisionsFor(idempotencyKey: unknown): string[] {
-  return instance
-    .decisions()
+async function decisionsFor(idempotencyKey: unknown): Promise<string[]> {
+  return (await instance.decisions())
     .filter((d) => d.idempotencyKey === idempotencyKey)
     .map((d) => String(d.decision));
 }
@@ -155,7 +154,7 @@ describe.each(ERAS)('IdempotentClient on %s, against the demo server', (era: Era
       const [key] = keysOf(calls);
       expect(typeof key).toBe('string');
       expect(new Set(keysOf(calls))).toStrictEqual(new Set([key]));
-      const decided = decisionsFor(key);
+      const decided = await decisionsFor(key);
       expect(decided.filter((d) => d === 'executed')).toHaveLength(1);
       expect(
         decided.filter((d) => d !== 'executed').every((d) => d === 'replayed' || d === 'inProgress'),
@@ -174,7 +173,7 @@ describe.each(ERAS)('IdempotentClient on %s, against the demo server', (era: Era
       expect(between.filter((o) => o !== 'inProgress' && o !== 'timedOut')).toStrictEqual([]);
       expect(between).toContain('inProgress');
       expect(outcomes.at(-1)).toBe('answered');
-      const decided = decisionsFor(keysOf(calls)[0]);
+      const decided = await decisionsFor(keysOf(calls)[0]);
       expect(decided.at(-1)).toBe('replayed');
       expect(decided).toContain('inProgress');
       expect(decided.filter((d) => d === 'executed')).toHaveLength(1);
@@ -196,7 +195,7 @@ describe.each(ERAS)('IdempotentClient on %s, against the demo server', (era: Era
       const result = await shop.callTool('charge_guarded', { amount: 100 });
       expect(attempts.map((a) => a.outcome)).toStrictEqual([outcome, 'answered']);
       expect(keysOf(calls)[1]).toBe(keysOf(calls)[0]);
-      expect(decisionsFor(keysOf(calls)[0])).toStrictEqual(['executed', 'replayed']);
+      expect(await decisionsFor(keysOf(calls)[0])).toStrictEqual(['executed', 'replayed']);
       expect(result.structuredContent).toStrictEqual({ charged: 100, balance: 100 });
       expect(await balanceOf(plain)).toBe(100);
     });
@@ -215,7 +214,7 @@ describe.each(ERAS)('IdempotentClient on %s, against the demo server', (era: Era
       expect(result.structuredContent).toStrictEqual({ charged: 100, balance: 100 });
       expect(calls.length).toBeGreaterThan(1);
       expect(new Set(keysOf(calls))).toStrictEqual(new Set([idempotencyKey]));
-      expect(decisionsFor(idempotencyKey).filter((d) => d === 'executed')).toHaveLength(1);
+      expect((await decisionsFor(idempotencyKey)).filter((d) => d === 'executed')).toHaveLength(1);
       // The call's own observer sees what the client's sees, this call's attempts only.
       expect(own).toStrictEqual(attempts);
       expect(await balanceOf(plain)).toBe(100);

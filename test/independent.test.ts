@@ -59,8 +59,8 @@ describe('hand-written 2026-07-28 requests over stdio, no initialize', () => {
     expect(first.message).toMatchObject({ result: { structuredContent: { charged: 7, balance: 7 } } });
     expect(withoutId(retry.line)).toBe(withoutId(first.line));
     // The decision log is a pipe of its own: it may trail the answers.
-    await waitUntil(async () => peer.decisions().length >= 2).catch(() => {});
-    expect(peer.decisions().map((d) => d.decision)).toStrictEqual(['executed', 'replayed']);
+    await waitUntil(async () => (await peer.decisions()).length >= 2).catch(() => {});
+    expect((await peer.decisions()).map((d) => d.decision)).toStrictEqual(['executed', 'replayed']);
   });
 
   it('rejects the key with other arguments as a conflict, with the SEP data', async () => {
@@ -101,7 +101,7 @@ describe('hand-written 2026-07-28 requests over HTTP (fetch), each on its own', 
     expect(first.status).toBe(200);
     expect(JSON.parse(first.text)).toMatchObject({ result: { structuredContent: { charged: 5 } } });
     expect(withoutId(retry.text)).toBe(withoutId(first.text));
-    const decisions = server.decisions().filter((d) => d.idempotencyKey === params.idempotencyKey);
+    const decisions = (await server.decisions()).filter((d) => d.idempotencyKey === params.idempotencyKey);
     expect(decisions.map((d) => d.decision)).toStrictEqual(['executed', 'replayed']);
   });
 
@@ -227,13 +227,10 @@ describe('hand-written JSON-RPC over stdio, from the first byte', () => {
     expect(field(retry.message.result, 'structuredContent')).toStrictEqual({ charged: 100, balance: 100 });
     expect(slow.stdoutLines.some((line) => line.includes('"id":"original"'))).toBe(false);
     // The decision log is on stderr, which can arrive a moment after the answer on stdout.
-    const decided = () =>
-      slow
-        .decisions()
-        .filter((d) => d.idempotencyKey === idempotencyKey)
-        .map((d) => d.decision);
-    await waitUntil(async () => decided().includes('replayed'), 2_000);
-    expect(decided()).toStrictEqual(['inProgress', 'executed', 'replayed']);
+    const decided = async () =>
+      (await slow.decisions()).filter((d) => d.idempotencyKey === idempotencyKey).map((d) => d.decision);
+    await waitUntil(async () => (await decided()).includes('replayed'), 2_000);
+    expect(await decided()).toStrictEqual(['inProgress', 'executed', 'replayed']);
   });
 });
 

@@ -101,9 +101,9 @@ describe('a server started as users start it, its decision lines batched', () =>
     try {
       const call = { name: 'charge_guarded', arguments: { amount: 1 }, idempotencyKey: randomUUID() };
       for (let i = 0; i < 3; i++) await callTool(server.client, call);
-      const decided = () => server.decisions().map((d) => d.decision);
-      await waitUntil(async () => decided().length >= 3, 2_000);
-      expect(decided()).toStrictEqual(['executed', 'replayed', 'replayed']);
+      const decided = async () => (await server.decisions()).map((d) => d.decision);
+      await waitUntil(async () => (await decided()).length >= 3, 2_000);
+      expect(await decided()).toStrictEqual(['executed', 'replayed', 'replayed']);
     } finally {
       await server.close();
     }

@@ -144,9 +144,9 @@ describe('a server with --metrics-port, scraped over HTTP after the SEP cases', 
     });
   });
 
-  it('counts what the decision log says, line for line', () => {
+  it('counts what the decision log says, line for line', async () => {
     const logged = new Map<string, number>();
-    for (const { decision, tool } of server.decisions()) {
+    for (const { decision, tool } of await server.decisions()) {
       const key = `${decision} ${tool}`;
       logged.set(key, (logged.get(key) ?? 0) + 1);
     }

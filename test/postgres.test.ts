@@ -21,7 +21,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
 import { connect, type Era, type Peer } from '../packages/checker/wire.js';
 import { START_TIMEOUT_MS } from '../processes/bounds.js';
-import { balanceOf, connectToServer, ERAS, type ServerConnection } from '../processes/launch.js';
+import {
+  balanceOf,
+  connectToServer,
+  type DecisionLine,
+  ERAS,
+  type ServerConnection,
+} from '../processes/launch.js';
 import {
   POSTGRES_SKIP_REASON,
   startPostgres,
@@ -189,18 +195,16 @@ async function untilNotInProgress(
 
 /** The decisions logged for `key` by these servers, once one of them is `last` (stderr may lag). */
 async function decisionsFor(
-  servers: ReadonlyArray<{ decisions(): Array<Record<string, unknown>> }>,
+  servers: ReadonlyArray<{ decisions(): Promise<DecisionLine[]> }>,
   key: string,
   last: string,
 ): Promise<unknown[]> {
-  const mine = () =>
-    servers.flatMap((s) =>
-      s
-        .decisions()
-        .filter((d) => d.idempotencyKey === key)
-        .map((d) => d.decision),
-    );
-  await waitUntil(async () => mine().includes(last), 2_000).catch(() => {});
+  const mine = async () =>
+    (await Promise.all(servers.map((s) => s.decisions())))
+      .flat()
+      .filter((d) => d.idempotencyKey === key)
+      .map((d) => d.decision);
+  await waitUntil(async () => (await mine()).includes(last), 2_000).catch(() => {});
   return mine();
 }
 
@@ -506,7 +510,9 @@ describe.skipIf(!postgres)('the server killed at each phase of a keyed charge (t
     // The server runs the charge to its end all the same; it dies right after recording it.
     await waitUntil(
       async () =>
-        first.decisions().some((d) => d.idempotencyKey === call.idempotencyKey && d.decision === 'executed'),
+        (await first.decisions()).some(
+          (d) => d.idempotencyKey === call.idempotencyKey && d.decision === 'executed',
+        ),
       10_000,
       2,
     );

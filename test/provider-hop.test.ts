@@ -17,7 +17,7 @@ import { callTool, type KeyedToolCall } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ProviderLedger } from '../hosting/ledgers/provider.js';
 import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
-import { connectToServer, type ServerConnection } from '../processes/launch.js';
+import { connectToServer, type DecisionLine, type ServerConnection } from '../processes/launch.js';
 import {
   PROVIDER_IMPLEMENTATIONS,
   type ProviderImplementation,
@@ -46,7 +46,7 @@ interface Deployment {
   /** The keyed call on the server it reaches first. */
   call(params: KeyedToolCall, timeoutMs?: number): Promise<CallToolResult>;
   /** That server's guard decisions. */
-  decisions(): Array<Record<string, unknown>>;
+  decisions(): Promise<DecisionLine[]>;
   /** That server's process, to freeze. */
   pid: number;
   /** SIGKILL of that server. */
@@ -187,7 +187,7 @@ const POINTS: FaultPoint[] = [
     async run(provider, deployment, params) {
       await provider.queueFault({ path: '/charges', fault: 'delay', delayMs: 3 * IMPATIENT_MS });
       await deployment.call(params, IMPATIENT_MS).catch(() => undefined);
-      await waitUntil(async () => deployment.decisions().some((d) => d.decision === 'executed'));
+      await waitUntil(async () => (await deployment.decisions()).some((d) => d.decision === 'executed'));
       await deployment.kill();
       return deployment.retry(params);
     },
@@ -273,11 +273,8 @@ function describeHostile(implementation: ProviderImplementation): void {
       arguments: { amount: 100 },
       idempotencyKey: randomUUID(),
     });
-    const decisionsOf = (key: string) =>
-      server
-        .decisions()
-        .filter((d) => d.idempotencyKey === key)
-        .map((d) => d.decision);
+    const decisionsOf = async (key: string) =>
+      (await server.decisions()).filter((d) => d.idempotencyKey === key).map((d) => d.decision);
 
     it('charges a call without an MCP key once when its answer is lost: the execution has a key of its own', async () => {
       await provider.reset();
@@ -299,7 +296,7 @@ function describeHostile(implementation: ProviderImplementation): void {
       const retry = await callTool(server.client, call);
       expect(textOf(retry)).toBe(CHARGED);
       expect(await provider.commits()).toHaveLength(1);
-      expect(decisionsOf(call.idempotencyKey)).toEqual(['unrecorded', 'executed']);
+      expect(await decisionsOf(call.idempotencyKey)).toEqual(['unrecorded', 'executed']);
     });
 
     it('waits out a slow provider: the timed-out attempt is retried with the same key, met with 409, then replayed', async () => {
@@ -398,7 +395,7 @@ function describeHostile(implementation: ProviderImplementation): void {
         const retries = server.stderrLines.filter((line) => line.includes('"event":"provider"'));
         expect(retries).toHaveLength(3);
         await callTool(server.client, call);
-        expect(server.decisions().map((d) => d.decision)).toEqual(['unrecorded', 'unrecorded']);
+        expect((await server.decisions()).map((d) => d.decision)).toEqual(['unrecorded', 'unrecorded']);
       } finally {
         await server.close();
         await provider.stop();

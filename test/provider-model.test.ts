@@ -131,7 +131,7 @@ function describeModel(implementation: ProviderImplementation, numRuns: number):
         await callTool(connection.client, call, { timeout: IMPATIENT_MS }).catch(() => undefined);
         if (charge.mcpFault === 'killedAfterRecord') {
           await waitUntil(
-            async () => connection.decisions().some((d) => d.idempotencyKey === call.idempotencyKey),
+            async () => (await connection.decisions()).some((d) => d.idempotencyKey === call.idempotencyKey),
             15_000,
           );
           await killServer();

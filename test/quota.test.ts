@@ -51,7 +51,7 @@ describe('a quota per caller, over HTTP', () => {
     const first = await call('token-b', bobs);
     expect(first.result.structuredContent).toStrictEqual({ charged: 7, balance: QUOTA + 7 });
     expect(await call('token-b', bobs)).toStrictEqual(first);
-    const logged = server.decisions().filter((d) => d.decision === 'quotaExceeded');
+    const logged = (await server.decisions()).filter((d) => d.decision === 'quotaExceeded');
     expect(logged.map((d) => d.scope)).toStrictEqual(['principal:alice']);
   });
 });

@@ -67,7 +67,7 @@ describe.skipIf(!redis)('a charge that outlives its lease, on two instances shar
       const first = await original;
       expect(await callTool(viaB, call)).toStrictEqual(first);
       expect(textOf(first)).toBe('Charged 100. New balance: 100');
-      const decided = [...a.decisions(), ...b.decisions()].filter(
+      const decided = [...(await a.decisions()), ...(await b.decisions())].filter(
         (d) => d.idempotencyKey === call.idempotencyKey,
       );
       expect(decided.filter((d) => d.decision === 'executed')).toHaveLength(1);

@@ -92,21 +92,21 @@ describe('a keyed retry on the wire', () => {
     });
     expect(withoutId(retry)).toBe(withoutId(first));
     // The log travels on stderr, which may arrive after the answer on stdout.
-    const decisions = () => peer.decisions().filter((d) => d.idempotencyKey === 'wire-4');
-    await waitUntil(async () => decisions().length >= 2);
-    expect(decisions().map((d) => d.decision)).toStrictEqual(['executed', 'replayed']);
+    const decisions = async () => (await peer.decisions()).filter((d) => d.idempotencyKey === 'wire-4');
+    await waitUntil(async () => (await decisions()).length >= 2);
+    expect((await decisions()).map((d) => d.decision)).toStrictEqual(['executed', 'replayed']);
   });
 });
 
 describe('the operator log', () => {
   it('has one structured stderr line per keyed decision, and stdout holds only JSON-RPC', async () => {
-    const before = peer.decisions().length;
+    const before = (await peer.decisions()).length;
     await callRaw('{"name":"charge_guarded","arguments":{"amount":1},"idempotencyKey":"log-1"}');
     await callRaw('{"name":"charge_guarded","arguments":{"amount":1},"idempotencyKey":"log-1"}');
     await callRaw('{"name":"charge_guarded","arguments":{"amount":2},"idempotencyKey":"log-1"}');
     await callRaw('{"name":"charge_guarded","arguments":{"amount":1},"idempotencyKey":7}');
     await callRaw('{"name":"charge_guarded","arguments":{"amount":1}}');
-    const logged = peer.decisions().slice(before);
+    const logged = (await peer.decisions()).slice(before);
     expect(logged.map((d) => [d.decision, d.idempotencyKey, d.tool])).toStrictEqual([
       ['executed', 'log-1', 'charge_guarded'],
       ['replayed', 'log-1', 'charge_guarded'],

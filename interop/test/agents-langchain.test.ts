@@ -74,11 +74,11 @@ describe('the retry middleware turned on with the adapter in: a retry that meets
       await close();
       await slow.stop(5_000);
     }
-    const decided = slow.decisions().map((d) => d.decision);
+    const decided = (await slow.decisions()).map((d) => d.decision);
     expect(decided).toContain('inProgress');
     expect(decided.filter((d) => d === 'executed')).toHaveLength(1);
     expect(decided.at(-1)).toBe('replayed');
-    expect(new Set(slow.decisions().map((d) => d.idempotencyKey)).size).toBe(1);
+    expect(new Set((await slow.decisions()).map((d) => d.idempotencyKey)).size).toBe(1);
   });
 });
 

@@ -6,7 +6,7 @@ import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { MODERN_ENVELOPE } from '../../processes/launch.js';
+import { type DecisionLine, decisionsIn, MODERN_ENVELOPE } from '../../processes/launch.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const ANSWER_TIMEOUT_MS = 10_000;
@@ -106,11 +106,9 @@ export class RawStdioPeer {
     return answer;
   }
 
-  /** The guard's decision log lines, parsed. */
-  decisions(): Array<Record<string, unknown>> {
-    return this.stderrLines
-      .filter((line) => line.includes('"event":"idempotency"'))
-      .map((line) => Object.fromEntries(Object.entries(JSON.parse(line))));
+  /** The guard's decision log lines, parsed: every line written before the answers this peer has. */
+  decisions(): Promise<DecisionLine[]> {
+    return decisionsIn(this.stderrLines);
   }
 
   /** The server process, for reading its memory from /proc. */

@@ -87,8 +87,8 @@ export function describeTwoInstancesOn(where: string, store: SharedStore | undef
       await resetLedger(await connect(a, tokens.alice));
     });
 
-    const executions = (key: string) =>
-      [...a.decisions(), ...b.decisions()].filter(
+    const executions = async (key: string) =>
+      [...(await a.decisions()), ...(await b.decisions())].filter(
         (d) => d.idempotencyKey === key && d.decision === 'executed',
       ).length;
 
@@ -97,7 +97,7 @@ export function describeTwoInstancesOn(where: string, store: SharedStore | undef
       const first = await callTool(await connect(a, tokens.alice), call);
       const retry = await callTool(await connect(b, tokens.alice), call);
       expect(retry).toStrictEqual(first);
-      expect(executions(call.idempotencyKey)).toBe(1);
+      expect(await executions(call.idempotencyKey)).toBe(1);
       expect(await balanceOf(await connect(b, tokens.alice))).toBe(100);
     });
 
@@ -143,10 +143,10 @@ export function describeTwoInstancesOn(where: string, store: SharedStore | undef
       expect(results.length + errors.length).toBe(20);
       expect(executed.length).toBe(results.length);
       expect(errors.every((type) => type === IdempotencyErrorType.inProgress)).toBe(true);
-      expect(executions(call.idempotencyKey)).toBe(1);
+      expect(await executions(call.idempotencyKey)).toBe(1);
       expect(await balanceOf(viaB)).toBe(100);
       console.info(
-        `20 concurrent duplicates on ${where}: ${executions(call.idempotencyKey)} execution, ` +
+        `20 concurrent duplicates on ${where}: ${await executions(call.idempotencyKey)} execution, ` +
           `${results.length} answered with the charge, ${errors.length} in progress`,
       );
     });
@@ -180,7 +180,7 @@ export function describeTwoInstancesOn(where: string, store: SharedStore | undef
         expect(refused.status).toBe(403);
         expect(refused.headers.get('www-authenticate')).toMatch(/^Bearer error="insufficient_scope"/);
         expect(await refused.text()).not.toContain('Charged');
-        expect(executions(params.idempotencyKey)).toBe(1);
+        expect(await executions(params.idempotencyKey)).toBe(1);
         const replayed = JSON.parse(await jsonRpcText(await send(b, tokens.alice, params)));
         expect(replayed.result).toStrictEqual(charged.result);
         expect(await balanceOf(await connect(a, tokens.alice))).toBe(100);
