@@ -188,15 +188,20 @@ export async function connectToServer(
 export type DecisionLine = Record<string, unknown>;
 
 /**
- * The guard's decision lines among a server's stderr lines, parsed, once this process has read
- * every line the server wrote before the answers it has. The server writes a call's line before it
- * answers the call, but the line and the answer come on two descriptors (stderr, and stdout or a
- * socket), and the event-loop turn that finds both ready may hand the answer to its caller first: a
- * test that reads the log as soon as it has an answer could miss that answer's line. Both were
- * ready in that turn, so by the next one the line has been read.
+ * Resolves once this process has read every log line a server wrote before the answers this
+ * process has. The server writes a call's lines before it answers the call, but the lines and the
+ * answer come on two descriptors (stderr, and stdout or a socket), and the event-loop turn that
+ * finds both ready may hand the answer to its caller first: a test that reads the log as soon as
+ * it has an answer could miss that answer's lines. Both were ready in that turn, so by the next one
+ * the lines have been read.
  */
+export function logCaughtUp(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
+/** The guard's decision lines among a server's stderr lines, parsed, once the log has caught up. */
 export async function decisionsIn(stderrLines: readonly string[]): Promise<DecisionLine[]> {
-  await new Promise((resolve) => setImmediate(resolve));
+  await logCaughtUp();
   return stderrLines
     .filter((line) => line.includes('"event":"idempotency"'))
     .map((line) => Object.fromEntries(Object.entries(JSON.parse(line))));

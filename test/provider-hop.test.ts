@@ -17,7 +17,12 @@ import { callTool, type KeyedToolCall } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ProviderLedger } from '../hosting/ledgers/provider.js';
 import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
-import { connectToServer, type DecisionLine, type ServerConnection } from '../processes/launch.js';
+import {
+  connectToServer,
+  type DecisionLine,
+  logCaughtUp,
+  type ServerConnection,
+} from '../processes/launch.js';
 import {
   PROVIDER_IMPLEMENTATIONS,
   type ProviderImplementation,
@@ -328,6 +333,7 @@ function describeHostile(implementation: ProviderImplementation): void {
         const answer = await callTool(fresh.client, other);
         expect(answer.isError).toBe(true);
         expect(textOf(answer)).toContain('422 idempotency_key_mismatch');
+        await logCaughtUp();
         expect(fresh.stderrLines.some((line) => line.includes('"event":"provider"'))).toBe(false);
         expect(await callTool(fresh.client, other)).toEqual(answer);
         expect((await provider.commits()).map((c) => c.amount)).toEqual([100]);
@@ -392,6 +398,7 @@ function describeHostile(implementation: ProviderImplementation): void {
         const first = await callTool(server.client, call);
         expect(first.isError).toBe(true);
         expect(textOf(first)).toMatch(/did not answer after 4 attempt\(s\) \(last: ECONNREFUSED\)/);
+        await logCaughtUp();
         const retries = server.stderrLines.filter((line) => line.includes('"event":"provider"'));
         expect(retries).toHaveLength(3);
         await callTool(server.client, call);
