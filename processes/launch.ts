@@ -204,7 +204,7 @@ export async function decisionsIn(stderrLines: readonly string[]): Promise<Decis
   await logCaughtUp();
   return stderrLines
     .filter((line) => line.includes('"event":"idempotency"'))
-    .map((line) => Object.fromEntries(Object.entries(JSON.parse(line))));
+    .map((line): DecisionLine => JSON.parse(line));
 }
 
 /** A server process serving stateless Streamable HTTP on loopback. */
