@@ -8,9 +8,9 @@
 //
 // The SEP's own story is told here, top to bottom (scenarios 0 to 7): `npm run demo` runs it alone,
 // on the memory store, in seconds. `npm run demo:all` (`--all`) adds the further scenarios, each
-// in a file of scenarios/ (those that share one setup, a file for that setup), and the agent
-// framework's in interop/, installed apart; what they all use (the narration, the table, the
-// timings, the rule for a backend that cannot start) is in scenarios/ too.
+// in a file of demo/scenarios/ (those that share one setup, a file for that setup), and the agent
+// framework's in test/interop/, installed apart; what they all use (the narration, the table, the
+// timings, the rule for a backend that cannot start) is in demo/scenarios/ too.
 
 import { randomUUID } from 'node:crypto';
 import { constants } from 'node:os';
@@ -27,10 +27,10 @@ import {
   resetLedger,
   type ServerConnection,
   startHttpInstance,
-} from './processes/launch.js';
-import { everyScenarioMustRun } from './scenarios/backends.js';
-import { clientOwnsItsRetries } from './scenarios/client-owned-retries.js';
-import { decisionsScraped } from './scenarios/decisions-scraped.js';
+} from './demo/processes/launch.js';
+import { everyScenarioMustRun } from './demo/scenarios/backends.js';
+import { clientOwnsItsRetries } from './demo/scenarios/client-owned-retries.js';
+import { decisionsScraped } from './demo/scenarios/decisions-scraped.js';
 import {
   errorFrom,
   everyExpectationHeld,
@@ -40,14 +40,14 @@ import {
   say,
   sayAttempt,
   textOf,
-} from './scenarios/narration.js';
-import { runPostgresScenarios } from './scenarios/postgres.js';
-import { runProviderScenarios } from './scenarios/provider-hop.js';
-import { refundAsksFirst } from './scenarios/refund-asks-first.js';
-import { runScaleOutScenarios } from './scenarios/scale-out-on-redis.js';
-import { runSqliteScenarios } from './scenarios/sqlite.js';
-import { IMPATIENT_RETRIES, IMPATIENT_TIMEOUT_MS, SLOW_CHARGE_MS, sleep } from './scenarios/timings.js';
-import { v1ClientSameDeduplication } from './scenarios/v1-client.js';
+} from './demo/scenarios/narration.js';
+import { runPostgresScenarios } from './demo/scenarios/postgres.js';
+import { runProviderScenarios } from './demo/scenarios/provider-hop.js';
+import { refundAsksFirst } from './demo/scenarios/refund-asks-first.js';
+import { runScaleOutScenarios } from './demo/scenarios/scale-out-on-redis.js';
+import { runSqliteScenarios } from './demo/scenarios/sqlite.js';
+import { IMPATIENT_RETRIES, IMPATIENT_TIMEOUT_MS, SLOW_CHARGE_MS, sleep } from './demo/scenarios/timings.js';
+import { v1ClientSameDeduplication } from './demo/scenarios/v1-client.js';
 
 /** When the broken-stream scenario cuts the connection: the charge is under way by then. */
 const BREAK_AFTER_MS = 200;
@@ -322,7 +322,7 @@ async function runFurtherScenarios(): Promise<void> {
   await decisionsScraped();
   // LangChain is installed apart from the demo's own packages (`npm ci --prefix interop`, which
   // `demo:all` runs), and type-checked there: a path, so the root's check does not follow it.
-  const scenario18 = new URL('./interop/agent-framework-retries.ts', import.meta.url).href;
+  const scenario18 = new URL('./test/interop/agent-framework-retries.ts', import.meta.url).href;
   const { agentFrameworkRetries }: { agentFrameworkRetries: () => Promise<void> } = await import(scenario18);
   await agentFrameworkRetries();
   await runSqliteScenarios();

@@ -4,10 +4,10 @@
 // instances are the provider that takes no keys: they commit every call they are given, like a
 // provider called by a tool that forgot to pass a key along. `PostgresLedger` and `SqliteLedger`
 // keep the balance beside the idempotency records, so a charge commits with its record.
-// `ProviderLedger` is a payment API over HTTP (`payment-provider/`, or any provider that follows
+// `ProviderLedger` is a payment API over HTTP (`demo/payment-provider/`, or any provider that follows
 // docs/provider-wire.md) that takes an `Idempotency-Key`, and the client a payment SDK would
 // give a tool: it sends the key it is handed on every one of its own retries. The four that
-// reach outside this process live in hosting/ledgers/, one file each.
+// reach outside this process live in demo/hosting/ledgers/, one file each.
 // Latency is configurable so the demo can hold a charge open long enough for a duplicate to
 // arrive, or for the client to give up waiting.
 //

@@ -31,13 +31,13 @@ import {
 } from 'mcp-request-idempotency';
 import { installIdempotencyGuard, verifyGuardSeesKeys } from 'mcp-request-idempotency/sdk-v2';
 import { z } from 'zod';
-import { openBackends } from './hosting/backends.js';
-import { messageOf, readCommandLine } from './hosting/cli.js';
-import { parseBearerTokens } from './hosting/http.js';
-import { batchDecisionLines, logDecision } from './hosting/log.js';
-import { REQUEST_STATE_TTL_SECONDS, requestStateCodec } from './hosting/request-state.js';
-import { serve } from './hosting/serve.js';
-import { startTelemetry } from './hosting/telemetry.js';
+import { openBackends } from './demo/hosting/backends.js';
+import { messageOf, readCommandLine } from './demo/hosting/cli.js';
+import { parseBearerTokens } from './demo/hosting/http.js';
+import { batchDecisionLines, logDecision } from './demo/hosting/log.js';
+import { REQUEST_STATE_TTL_SECONDS, requestStateCodec } from './demo/hosting/request-state.js';
+import { serve } from './demo/hosting/serve.js';
+import { startTelemetry } from './demo/hosting/telemetry.js';
 import { CHARGE_LIMIT, ChargeDeclined, type Ledger } from './ledger.js';
 
 export const SERVER_INFO = { name: 'sep-3182-idempotency-demo', version: '0.1.0' };
@@ -314,7 +314,7 @@ export function createDemoServer(options: DemoServerOptions): McpServer {
   return mcp;
 }
 
-// --- Running it: `npx tsx server.ts` (stdio) or `npx tsx server.ts --http` (hosting/ has the rest) ---
+// --- Running it: `npx tsx server.ts` (stdio) or `npx tsx server.ts --http` (demo/hosting/ has the rest) ---
 
 async function main(): Promise<void> {
   const { config, bearerTokens, requestState } = readCommandLine(

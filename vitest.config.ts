@@ -5,8 +5,8 @@ export default defineConfig({
   // The packages' names resolve to their sources, as tsconfig.json's paths say.
   resolve: { tsconfigPaths: true },
   test: {
-    // The interop tests run the frameworks installed in interop/ (`npm test` installs them first).
-    include: ['test/**/*.test.ts', 'interop/test/**/*.test.ts'],
+    // The interop tests run the frameworks installed in test/interop/ (`npm test` installs them first).
+    include: ['test/**/*.test.ts'],
     // Every end-to-end test spawns real server processes; give a slow CI machine room.
     testTimeout: 30_000,
     hookTimeout: 30_000,

@@ -5,10 +5,10 @@
 // duplicates go on for three times as long.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Endpoint, makeVariants } from '../bench/calls.js';
-import { checkedCall } from '../bench/harness.js';
-import { START_TIMEOUT_MS } from '../processes/bounds.js';
-import { connectToServer, type ServerConnection } from '../processes/launch.js';
+import { START_TIMEOUT_MS } from '../demo/processes/bounds.js';
+import { connectToServer, type ServerConnection } from '../demo/processes/launch.js';
+import { type Endpoint, makeVariants } from './bench/calls.js';
+import { checkedCall } from './bench/harness.js';
 
 const SHORT_CHARGE_MS = 300;
 

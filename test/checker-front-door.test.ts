@@ -4,8 +4,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
+import { freePort } from '../demo/processes/launch.js';
 import { RULES } from '../packages/checker/rules.js';
-import { freePort } from '../processes/launch.js';
 import { ROOT, runChecker, stdioServer } from './fixtures/checker/harness.js';
 
 const README = readFileSync(join(ROOT, 'packages', 'checker', 'README.md'), 'utf8');

@@ -7,8 +7,8 @@ import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { type HttpInstance, startHttpInstance } from '../demo/processes/launch.js';
 import { CHARGE_LIMIT } from '../ledger.js';
-import { type HttpInstance, startHttpInstance } from '../processes/launch.js';
 import {
   checkHttpFixture,
   FIXTURE_CALL,

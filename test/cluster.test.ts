@@ -12,9 +12,7 @@ import {
 } from 'mcp-request-idempotency';
 import { RedisIdempotencyStore, type RedisStoreOptions, redisKeysOf } from 'mcp-request-idempotency/redis';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { MemoryLedger } from '../ledger.js';
-import { connectInProcess, type InProcessConnection } from '../processes/in-process.js';
-import { ERAS } from '../processes/launch.js';
+import { ERAS } from '../demo/processes/launch.js';
 import {
   commandsDuring,
   REDIS_CLUSTER_SKIP_REASON,
@@ -23,8 +21,10 @@ import {
   type TestRedisCluster,
   uniqueKeyPrefix,
   waitUntil,
-} from '../processes/redis.js';
+} from '../demo/processes/redis.js';
+import { MemoryLedger } from '../ledger.js';
 import { connectHttp } from './support/http.js';
+import { connectInProcess, type InProcessConnection } from './support/in-process.js';
 import { type Attempt, chargeEach, type Operation } from './support/keyed-stream.js';
 import { describeSepCases } from './support/sep-cases.js';
 import { describeTwoInstances } from './support/two-instances.js';

@@ -1,4 +1,4 @@
-// SEP-3182's server scenarios (conformance/, in the official suite's own format) run by the suite's
+// SEP-3182's server scenarios (test/conformance/, in the official suite's own format) run by the suite's
 // own CLI and runner: every check passes against the demo server, the replay rules fail against
 // the demo's tools without the guard, and the checker (packages/checker) reaches the same verdict
 // as the scenarios on every case both cover, on both servers.
@@ -9,23 +9,24 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { z } from 'zod';
-import { withScenarios } from '../conformance/harness/hooks.mjs';
+import { type HttpInstance, startHttpInstance } from '../demo/processes/launch.js';
 import { CHARGE_LIMIT, MemoryLedger } from '../ledger.js';
-import { type HttpInstance, startHttpInstance } from '../processes/launch.js';
+import { withScenarios } from './conformance/harness/hooks.mjs';
 import { type CheckerRun, ROOT, runChecker, startFixtureHttp } from './fixtures/checker/harness.js';
 import { startBareHttpServer } from './support/http.js';
 import { findNode24, INSTALL_TIMEOUT_MS } from './support/node24.js';
 
 const SUITE = join(
   ROOT,
+  'test',
   'interop',
   'node_modules',
   '@modelcontextprotocol',
   'conformance-2026',
   'dist/index.js',
 );
-const HARNESS = join(ROOT, 'conformance', 'harness', 'register.mjs');
-const SEP_YAML = join(ROOT, 'conformance', 'src', 'seps', 'sep-3182.yaml');
+const HARNESS = join(ROOT, 'test', 'conformance', 'harness', 'register.mjs');
+const SEP_YAML = join(ROOT, 'test', 'conformance', 'src', 'seps', 'sep-3182.yaml');
 const SCENARIO = 'tools-call-idempotency';
 
 /**

@@ -46,6 +46,7 @@ describe('the MCP conformance suite against stateless HTTP', () => {
 
 const CLI_2026 = join(
   ROOT,
+  'test',
   'interop',
   'node_modules',
   '@modelcontextprotocol',

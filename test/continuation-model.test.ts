@@ -34,11 +34,11 @@ import {
 } from 'mcp-request-idempotency/redis';
 import { SqliteIdempotencyStore } from 'mcp-request-idempotency/sqlite';
 import { afterAll, describe, it } from 'vitest';
+import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../demo/processes/bounds.js';
+import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../demo/processes/postgres.js';
+import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../demo/processes/redis.js';
 import { MemoryLedger } from '../ledger.js';
-import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../processes/bounds.js';
-import { connectInProcess } from '../processes/in-process.js';
-import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../processes/postgres.js';
-import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../processes/redis.js';
+import { connectInProcess } from './support/in-process.js';
 import { type Answer, round } from './support/rounds.js';
 
 const LONG = process.env.SEP3182_LONG === '1';

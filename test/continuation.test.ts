@@ -18,8 +18,7 @@ import {
 } from 'mcp-request-idempotency';
 import { callTool, LEGACY_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { requestStateCodec } from '../hosting/request-state.js';
-import { connectInProcess, ManualClock } from '../processes/in-process.js';
+import { requestStateCodec } from '../demo/hosting/request-state.js';
 import {
   type AskUser,
   balanceOf,
@@ -28,15 +27,16 @@ import {
   type DecisionLine,
   resetLedger,
   startHttpInstance,
-} from '../processes/launch.js';
+} from '../demo/processes/launch.js';
 import {
   REDIS_SKIP_REASON,
   startRedis,
   type TestRedis,
   uniqueKeyPrefix,
   waitUntil,
-} from '../processes/redis.js';
+} from '../demo/processes/redis.js';
 import type { RefundState } from '../server.js';
+import { connectInProcess, ManualClock } from './support/in-process.js';
 import { type Answer, round } from './support/rounds.js';
 
 const REFUND = { name: 'refund_order', arguments: { orderId: 'A-1001', amount: 4200 } };

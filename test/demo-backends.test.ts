@@ -9,7 +9,7 @@ import { chmod, mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { START_TIMEOUT_MS } from '../processes/bounds.js';
+import { START_TIMEOUT_MS } from '../demo/processes/bounds.js';
 
 const ROOT = join(import.meta.dirname, '..');
 

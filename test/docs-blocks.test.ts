@@ -14,15 +14,15 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { START_TIMEOUT_MS, WAIT_MS } from '../processes/bounds.js';
-import { freePort, type HttpInstance, ROOT, startHttpInstance } from '../processes/launch.js';
+import { START_TIMEOUT_MS, WAIT_MS } from '../demo/processes/bounds.js';
+import { freePort, type HttpInstance, ROOT, startHttpInstance } from '../demo/processes/launch.js';
 
 const PAGES = [
   'README.md',
-  'RELIABILITY.md',
+  'docs/reliability.md',
   'packages/idempotency/README.md',
   'packages/checker/README.md',
-  'conformance/README.md',
+  'test/conformance/README.md',
   ...readdirSync(join(ROOT, 'docs'))
     .filter((file) => file.endsWith('.md'))
     .map((file) => `docs/${file}`),
@@ -208,7 +208,7 @@ for (const starts of ['sequenceDiagram', 'flowchart']) {
   for (const page of PAGES) list(page, starts, { kind: 'diagram' });
 }
 
-list('RELIABILITY.md', 'npx vitest run', {
+list('docs/reliability.md', 'npx vitest run', {
   kind: 'checked',
   check: (block) => {
     // Running these files again inside the suite would run them twice; what the lines name is there.
@@ -255,7 +255,7 @@ list('docs/how-it-works.md', 'npx tsx server.ts [--http', {
     );
   },
 });
-list('docs/how-it-works.md', 'interop/node_modules/.bin/mcp-inspector', {
+list('docs/how-it-works.md', 'test/interop/node_modules/.bin/mcp-inspector', {
   kind: 'run',
   check: async (block) => {
     const [list, call] = block.body.trim().split('\n');
@@ -301,7 +301,7 @@ list('docs/scaling-out.md', 'redis-server --port 6379', {
   },
 });
 
-list('RELIABILITY.md', 'Counterexample:', { kind: 'output' });
+list('docs/reliability.md', 'Counterexample:', { kind: 'output' });
 
 // The library README's quick start: its commands and files are run as a new user runs them, from
 // the tarball, by quickstart.test.ts (the v2 files, the commands, the printed attempts) and
@@ -534,17 +534,18 @@ list('README.md', '{"jsonrpc":"2.0","id":1,"method":"tools/call"', {
 });
 
 // The conformance scenario's folder: its tree, the fixture's shape, and the run by hand.
-list('conformance/README.md', 'src/scenarios/server/idempotency.ts', {
+list('test/conformance/README.md', 'src/scenarios/server/idempotency.ts', {
   kind: 'checked',
   check: (block) => {
     for (const line of block.body.split('\n')) {
       const path = /^(\S+)/.exec(line)?.[1];
-      if (path) expect(existsSync(join(ROOT, 'conformance', path)), `conformance/${path}`).toBe(true);
+      if (path)
+        expect(existsSync(join(ROOT, 'test', 'conformance', path)), `test/conformance/${path}`).toBe(true);
     }
   },
 });
-list('conformance/README.md', '{', { kind: 'output' });
-list('conformance/README.md', 'MCP_CONFORMANCE_SEP_3182_FIXTURE=', {
+list('test/conformance/README.md', '{', { kind: 'output' });
+list('test/conformance/README.md', 'MCP_CONFORMANCE_SEP_3182_FIXTURE=', {
   kind: 'run',
   check: async (block) => {
     // What the page says to start first, on the port the block then names.

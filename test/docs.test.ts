@@ -2,16 +2,16 @@
 // command line they show is one the server accepts, and the front page stays a front page. (The
 // library README's code is compiled and run from its tarball by package.test.ts.)
 
+import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { parseServerArgs } from '../hosting/cli.js';
+import { parseServerArgs } from '../demo/hosting/cli.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const DOCUMENTS = [
   'README.md',
-  'RELIABILITY.md',
   'packages/idempotency/README.md',
   'packages/checker/README.md',
   ...readdirSync(join(ROOT, 'docs')).map((file) => `docs/${file}`),
@@ -52,5 +52,76 @@ describe('the documents', () => {
         .filter(Boolean);
       expect(() => parseServerArgs(args, {}), line).not.toThrow();
     }
+  });
+});
+
+// --- The house: the README's map of the folders, kept true ---
+
+/** What a repository needs at its top beside the demo's cast: the licence, the lockfile, tool configs. */
+const REPOSITORY_FILES = [
+  'LICENSE',
+  'README.md',
+  'package.json',
+  'package-lock.json',
+  'tsconfig.json',
+  'biome.json',
+  'vitest.config.ts',
+];
+
+/** The first word of each line of the code block under "## Where things are". */
+function mapEntries(): string[] {
+  const section = read('README.md').split('## Where things are')[1] ?? '';
+  const block = section.split('```')[1] ?? '';
+  return block
+    .split('\n')
+    .map((line) => line.split(/\s+/)[0] ?? '')
+    .filter((entry) => entry !== '');
+}
+
+const tracked = execFileSync('git', ['ls-files'], { cwd: ROOT, encoding: 'utf8' }).trim().split('\n');
+/** The folders of the tracked tree at the given depth (1: the top level), each with a trailing slash. */
+function foldersAt(depth: number): string[] {
+  const folders = tracked
+    .map((file) => file.split('/'))
+    .filter((parts) => parts.length > depth)
+    .map((parts) => `${parts.slice(0, depth).join('/')}/`);
+  return [...new Set(folders)].filter((folder) => !folder.startsWith('.'));
+}
+
+describe("the README's map of the folders", () => {
+  it('names only paths that exist', () => {
+    const entries = mapEntries();
+    expect(entries.length).toBeGreaterThan(5);
+    expect(entries.filter((entry) => !existsSync(join(ROOT, entry)))).toEqual([]);
+  });
+
+  it('names every top-level folder, and each folder inside one that holds only folders', () => {
+    const named = new Set(mapEntries());
+    const unnamed = foldersAt(1).flatMap((top) => {
+      if (named.has(top)) return [];
+      const children = foldersAt(2).filter((folder) => folder.startsWith(top));
+      return children.length === 0 ? [top] : children.filter((child) => !named.has(child));
+    });
+    expect(unnamed).toEqual([]);
+  });
+
+  it("keeps the top level to the demo's cast, the folders it names and what a repository needs", () => {
+    const top = new Set(
+      tracked.map((file) => file.split('/')[0] ?? '').filter((entry) => !entry.startsWith('.')),
+    );
+    const named = new Set(mapEntries().map((entry) => entry.split('/')[0] ?? ''));
+    const strays = [...top].filter((entry) => !named.has(entry) && !REPOSITORY_FILES.includes(entry));
+    expect(strays).toEqual([]);
+    expect(top.size).toBeLessThanOrEqual(14);
+  });
+
+  it('keeps the test rig where it belongs: no file outside test/ imports from test/', () => {
+    const outside = tracked.filter((file) => /\.(ts|mts|mjs)$/.test(file) && !file.startsWith('test/'));
+    const importers = outside.filter((file) =>
+      [...read(file).matchAll(/(?:from|import)\s*\(?\s*['"](\.\.?\/[^'"]+)['"]/g)].some(([, spec]) =>
+        relative(ROOT, join(ROOT, dirname(file), spec ?? '')).startsWith('test/'),
+      ),
+    );
+    expect(importers).toEqual([]);
   });
 });

@@ -7,9 +7,9 @@ import { request as httpRequest } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { IdempotencyErrorType, MemoryIdempotencyStore } from 'mcp-request-idempotency';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { allowedHostsOf, type RunningHttpServer, startHttpServer } from '../hosting/http.js';
+import { allowedHostsOf, type RunningHttpServer, startHttpServer } from '../demo/hosting/http.js';
+import { type HttpInstance, startHttpInstance } from '../demo/processes/launch.js';
 import { MemoryLedger } from '../ledger.js';
-import { type HttpInstance, startHttpInstance } from '../processes/launch.js';
 import { createDemoServer } from '../server.js';
 import { postRaw } from './support/hostile.js';
 

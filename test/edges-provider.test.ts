@@ -4,8 +4,8 @@
 
 import { createServer, request, type Server } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ProviderLedger } from '../hosting/ledgers/provider.js';
-import { type RunningProvider, startProvider } from '../payment-provider/api.js';
+import { ProviderLedger } from '../demo/hosting/ledgers/provider.js';
+import { type RunningProvider, startProvider } from '../demo/payment-provider/api.js';
 
 const PREFIX = '/pay/v1';
 

@@ -15,8 +15,8 @@ import {
 } from 'mcp-request-idempotency';
 import { callTool } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connectInProcess, type InProcessConnection } from '../processes/in-process.js';
-import { balanceOf } from '../processes/launch.js';
+import { balanceOf } from '../demo/processes/launch.js';
+import { connectInProcess, type InProcessConnection } from './support/in-process.js';
 import { errorFrom } from './support/sep-cases.js';
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };

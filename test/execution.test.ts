@@ -28,7 +28,7 @@ import {
   type InProcessConnection,
   type InProcessOptions,
   ManualClock,
-} from '../processes/in-process.js';
+} from './support/in-process.js';
 import { textOf } from './support/sep-cases.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');

@@ -25,11 +25,11 @@ import {
   redisKeysOf,
 } from 'mcp-request-idempotency/redis';
 import { afterAll, describe, expect, it } from 'vitest';
+import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix, waitUntil } from '../demo/processes/redis.js';
 import type { Ledger } from '../ledger.js';
-import { connectInProcess, type InProcessConnection } from '../processes/in-process.js';
-import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix, waitUntil } from '../processes/redis.js';
 import { postRaw } from './support/hostile.js';
 import { type HttpInstance, startHttpInstance } from './support/http.js';
+import { connectInProcess, type InProcessConnection } from './support/in-process.js';
 import { type Attempt, chargeEach, type Operation } from './support/keyed-stream.js';
 import { RawStdioPeer } from './support/raw-stdio.js';
 

@@ -18,9 +18,9 @@ import * as v1 from 'mcp-request-idempotency/sdk-v1';
 import * as v2 from 'mcp-request-idempotency/sdk-v2';
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { balanceOf } from '../demo/processes/launch.js';
 import { MemoryLedger } from '../ledger.js';
-import { connectInProcess, type InProcessConnection, ManualClock } from '../processes/in-process.js';
-import { balanceOf } from '../processes/launch.js';
+import { connectInProcess, type InProcessConnection, ManualClock } from './support/in-process.js';
 import { errorFrom, textOf } from './support/sep-cases.js';
 
 const RETENTION_MS = 300_000;

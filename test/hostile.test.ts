@@ -18,7 +18,6 @@ import {
 } from 'mcp-request-idempotency';
 import { callTool } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { connectInProcess } from '../processes/in-process.js';
 import {
   ChargeTally,
   describeMutation,
@@ -30,6 +29,7 @@ import {
   rssMiB,
 } from './support/hostile.js';
 import { type HttpInstance, startHttpInstance } from './support/http.js';
+import { connectInProcess } from './support/in-process.js';
 import { type RawAnswer, RawStdioPeer } from './support/raw-stdio.js';
 
 const LONG = process.env.SEP3182_LONG === '1';
@@ -66,7 +66,7 @@ async function rssFloors(pid: number, pass: (round: number) => Promise<void>): P
 }
 const MiB = 1024 * 1024;
 
-/** The counts RELIABILITY.md quotes. */
+/** The counts docs/reliability.md quotes. */
 const counts = { stdioCases: 0, stdioMutations: 0, httpCases: 0, httpMutations: 0, fresh: 0, replays: 0 };
 afterAll(() => {
   console.log(`hostile input (seed ${SEED}): ${JSON.stringify(counts)}`);
@@ -717,7 +717,7 @@ describe('a response that echoes its request', () => {
     // Regression test. The memory store caps records by count only, and a response can echo
     // its request: an unknown tool's error names the tool, so a keyed call with a 4 MB name
     // pins 4 MB for the retention period, and 100,000 such calls are 400 GB. The fix (a byte
-    // budget, `maxBytes`) belongs to packages/idempotency/stores/memory.ts; see RELIABILITY.md. The
+    // budget, `maxBytes`) belongs to packages/idempotency/stores/memory.ts; see docs/reliability.md. The
     // option is passed through a wider type so this file compiles before the store has it.
     const options: MemoryStoreOptions & { maxBytes: number } = { maxBytes: 3 * MiB };
     const connection = await connectInProcess({ store: new MemoryIdempotencyStore(options) });

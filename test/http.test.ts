@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { ERAS, postModern } from '../processes/launch.js';
+import { ERAS, postModern } from '../demo/processes/launch.js';
 import { jsonRpcText } from './support/hostile.js';
 import { connectHttp, type HttpInstance, startHttpInstance } from './support/http.js';
 import { describeSepCases } from './support/sep-cases.js';

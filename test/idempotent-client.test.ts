@@ -19,7 +19,6 @@ import {
   NO_CAPABILITY_WARNING,
 } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
-import { MemoryLedger } from '../ledger.js';
 import {
   balanceOf,
   connectHttpClient,
@@ -29,7 +28,8 @@ import {
   newClient,
   resetLedger,
   startHttpInstance,
-} from '../processes/launch.js';
+} from '../demo/processes/launch.js';
+import { MemoryLedger } from '../ledger.js';
 import { bareDemoServer } from './support/http.js';
 
 /** The provider's latency: long enough for a client to give up on a charge still running. */

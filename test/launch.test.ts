@@ -1,12 +1,12 @@
-// Whatever starts an HTTP server through processes/launch.ts (the demo, the tests, the benchmark) leaves no
+// Whatever starts an HTTP server through demo/processes/launch.ts (the demo, the tests, the benchmark) leaves no
 // server behind when it dies of an error no one handled: the way the benchmark died on a busy
 // machine, leaving its servers to serve on.
 
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { START_TIMEOUT_MS } from '../processes/bounds.js';
-import { waitUntil } from '../processes/redis.js';
+import { START_TIMEOUT_MS } from '../demo/processes/bounds.js';
+import { waitUntil } from '../demo/processes/redis.js';
 
 const ROOT = join(import.meta.dirname, '..');
 
@@ -20,12 +20,12 @@ function isRunning(pid: number): boolean {
   }
 }
 
-describe('an HTTP server started through processes/launch.ts', () => {
+describe('an HTTP server started through demo/processes/launch.ts', () => {
   it(
     'is gone once the process that started it dies of an unhandled rejection',
     async () => {
       // Starts a server, prints its pid, then rejects a promise no one awaits.
-      const script = `import { startHttpInstance } from './processes/launch.ts';
+      const script = `import { startHttpInstance } from './demo/processes/launch.ts';
 const instance = await startHttpInstance();
 console.log(instance.pid);
 Promise.reject(new Error('nobody handles this'));`;

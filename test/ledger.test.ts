@@ -8,7 +8,7 @@ import { MemoryIdempotencyStore } from 'mcp-request-idempotency';
 import { callTool } from 'mcp-request-idempotency/client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { CHARGE_LIMIT, ChargeDeclined, declineMessage, MemoryLedger } from '../ledger.js';
-import { connectInProcess, type InProcessConnection } from '../processes/in-process.js';
+import { connectInProcess, type InProcessConnection } from './support/in-process.js';
 import { textOf } from './support/sep-cases.js';
 
 const OVER = CHARGE_LIMIT + 1;

@@ -6,9 +6,9 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { callTool } from 'mcp-request-idempotency/client';
 import { describe, expect, it, vi } from 'vitest';
-import { BatchedLines, DEFAULT_LOG_FLUSH_MS } from '../hosting/log.js';
-import { connectToServer } from '../processes/launch.js';
-import { waitUntil } from '../processes/redis.js';
+import { BatchedLines, DEFAULT_LOG_FLUSH_MS } from '../demo/hosting/log.js';
+import { connectToServer } from '../demo/processes/launch.js';
+import { waitUntil } from '../demo/processes/redis.js';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 
@@ -71,7 +71,7 @@ describe('decision lines, batched', () => {
 
   it('writes what is pending when the process exits, and keeps other lines after it', async () => {
     const script = [
-      "import { log, logDecision } from './hosting/log.ts';",
+      "import { log, logDecision } from './demo/hosting/log.ts';",
       "logDecision({ decision: 'executed', durationMs: 1 });",
       "log({ event: 'other' });",
       "logDecision({ decision: 'replayed', durationMs: 1 });",

@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import { MemoryIdempotencyStore, type RecordId, type StoredResponse } from 'mcp-request-idempotency';
 import { describe, expect, it } from 'vitest';
-import { ManualClock } from '../processes/in-process.js';
+import { ManualClock } from './support/in-process.js';
 import { LEASE_MS, RETENTION_MS } from './support/store-fixtures.js';
 
 const RESULT: StoredResponse = { result: { content: [{ type: 'text', text: 'ok' }] } };

@@ -23,10 +23,9 @@ import {
 } from 'mcp-request-idempotency/redis';
 import { SqliteIdempotencyStore } from 'mcp-request-idempotency/sqlite';
 import { afterAll, describe, expect, it } from 'vitest';
-import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../processes/bounds.js';
-import { ManualClock } from '../processes/in-process.js';
-import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../processes/postgres.js';
-import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../processes/redis.js';
+import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../demo/processes/bounds.js';
+import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../demo/processes/postgres.js';
+import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../demo/processes/redis.js';
 import {
   CALLERS,
   type ModelSettings,
@@ -36,6 +35,7 @@ import {
   startRealSystem,
   tally,
 } from './support/guard-model.js';
+import { ManualClock } from './support/in-process.js';
 
 const LONG = process.env.SEP3182_LONG === '1';
 const MEMORY_RUNS = LONG ? 2_000 : 200;
@@ -205,7 +205,7 @@ function itAgreesWithTheModel(
   );
 }
 
-/** Logs what one family of programs exercised (the counts RELIABILITY.md quotes). */
+/** Logs what one family of programs exercised (the counts docs/reliability.md quotes). */
 function report(label: string, before: typeof tally): void {
   const during = Object.fromEntries(
     Object.entries(tally).map(([name, value]) => [name, value - (Reflect.get(before, name) ?? 0)]),

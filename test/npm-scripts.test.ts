@@ -9,7 +9,7 @@ import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { START_TIMEOUT_MS, WAIT_MS } from '../processes/bounds.js';
+import { START_TIMEOUT_MS, WAIT_MS } from '../demo/processes/bounds.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -115,7 +115,7 @@ describe.each(['SIGTERM', 'SIGINT'] as const)('npm, its own PID sent %s', (signa
   // The default demo starts its servers; the full tour, a payment provider and Redis besides.
   it.each([
     ['demo', 'server.ts'],
-    ['demo:all', 'payment-provider/api.ts'],
+    ['demo:all', 'demo/payment-provider/api.ts'],
   ])(
     'npm run %s: stops what it started (%s among them)',
     async (script, marker) => {

@@ -37,10 +37,9 @@ import {
   scopedKeyDigest,
 } from 'mcp-request-idempotency/otel';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseBearerTokens, type RunningHttpServer, startHttpServer } from '../hosting/http.js';
-import { mcpRequestSpans } from '../hosting/telemetry.js';
-import { MemoryLedger } from '../ledger.js';
-import { WAIT_MS } from '../processes/bounds.js';
+import { parseBearerTokens, type RunningHttpServer, startHttpServer } from '../demo/hosting/http.js';
+import { mcpRequestSpans } from '../demo/hosting/telemetry.js';
+import { WAIT_MS } from '../demo/processes/bounds.js';
 import {
   connectHttpClient,
   ERAS,
@@ -48,13 +47,14 @@ import {
   type HttpInstance,
   postModern,
   startHttpInstance,
-} from '../processes/launch.js';
+} from '../demo/processes/launch.js';
 import {
   PROVIDER_IMPLEMENTATIONS,
   type ProviderProcess,
   startProviderProcess,
-} from '../processes/payment-provider.js';
-import { decisionCounts, type Scrape, scrape, total } from '../processes/scrape.js';
+} from '../demo/processes/payment-provider.js';
+import { decisionCounts, type Scrape, scrape, total } from '../demo/processes/scrape.js';
+import { MemoryLedger } from '../ledger.js';
 import { CALLER_SCOPES, createDemoServer, DEMO_SCOPES } from '../server.js';
 
 const TOKENS = 'alice:token-alice,bob:token-bob';

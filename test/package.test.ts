@@ -15,7 +15,7 @@ import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { callTool, LEGACY_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { publint } from 'publint';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Era, newClient } from '../processes/launch.js';
+import { type Era, newClient } from '../demo/processes/launch.js';
 import { textOf } from './support/sep-cases.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');

@@ -16,14 +16,14 @@ import {
   type PostgresStoreOptions,
 } from 'mcp-request-idempotency/postgres';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../processes/bounds.js';
+import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../demo/processes/bounds.js';
 import {
   POSTGRES_SKIP_REASON,
   startPostgres,
   type TestPostgres,
   uniqueTablePrefix,
-} from '../processes/postgres.js';
-import { waitUntil } from '../processes/redis.js';
+} from '../demo/processes/postgres.js';
+import { waitUntil } from '../demo/processes/redis.js';
 import {
   claimTicket,
   continuationTicket,

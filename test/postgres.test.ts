@@ -18,23 +18,23 @@ import {
 import { callTool, MODERN_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { DEFAULT_POSTGRES_APPLICATION_NAME } from 'mcp-request-idempotency/postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
-import { connect, type Era, type Peer } from '../packages/checker/wire.js';
-import { START_TIMEOUT_MS } from '../processes/bounds.js';
+import { START_TIMEOUT_MS } from '../demo/processes/bounds.js';
 import {
   balanceOf,
   connectToServer,
   type DecisionLine,
   ERAS,
   type ServerConnection,
-} from '../processes/launch.js';
+} from '../demo/processes/launch.js';
 import {
   POSTGRES_SKIP_REASON,
   startPostgres,
   type TestPostgres,
   uniqueTablePrefix,
-} from '../processes/postgres.js';
-import { waitUntil } from '../processes/redis.js';
+} from '../demo/processes/postgres.js';
+import { waitUntil } from '../demo/processes/redis.js';
+import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
+import { connect, type Era, type Peer } from '../packages/checker/wire.js';
 import { postRaw } from './support/hostile.js';
 import { connectHttp, connectHttpClient, type HttpInstance, startHttpInstance } from './support/http.js';
 import { type Attempt, chargeEach, type Operation } from './support/keyed-stream.js';

@@ -15,21 +15,21 @@ import {
 } from 'mcp-request-idempotency';
 import { callTool, type KeyedToolCall } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ProviderLedger } from '../hosting/ledgers/provider.js';
-import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
+import { ProviderLedger } from '../demo/hosting/ledgers/provider.js';
 import {
   connectToServer,
   type DecisionLine,
   logCaughtUp,
   type ServerConnection,
-} from '../processes/launch.js';
+} from '../demo/processes/launch.js';
 import {
   PROVIDER_IMPLEMENTATIONS,
   type ProviderImplementation,
   type ProviderProcess,
   startProviderProcess,
-} from '../processes/payment-provider.js';
-import { startRedis, uniqueKeyPrefix, waitUntil } from '../processes/redis.js';
+} from '../demo/processes/payment-provider.js';
+import { startRedis, uniqueKeyPrefix, waitUntil } from '../demo/processes/redis.js';
+import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
 import { connectHttpClient, startHttpInstance } from './support/http.js';
 import { textOf } from './support/sep-cases.js';
 

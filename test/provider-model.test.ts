@@ -13,15 +13,15 @@ import fc from 'fast-check';
 import { IdempotencyErrorType, idempotencyErrorOf } from 'mcp-request-idempotency';
 import { callTool, type KeyedToolCall } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connectToServer, type ServerConnection } from '../processes/launch.js';
+import { connectToServer, type ServerConnection } from '../demo/processes/launch.js';
 import {
   type FaultKind,
   PROVIDER_IMPLEMENTATIONS,
   type ProviderImplementation,
   type ProviderProcess,
   startProviderProcess,
-} from '../processes/payment-provider.js';
-import { waitUntil } from '../processes/redis.js';
+} from '../demo/processes/payment-provider.js';
+import { waitUntil } from '../demo/processes/redis.js';
 import { textOf } from './support/sep-cases.js';
 
 /** Faults the server's own retry loop meets; each is consumed by one request to the provider. */

@@ -6,15 +6,15 @@
 
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
-import { ERROR_TYPES, startProvider } from '../payment-provider/api.js';
+import { ERROR_TYPES, startProvider } from '../demo/payment-provider/api.js';
 import {
   PROVIDER_IMPLEMENTATIONS,
   type ProviderProcess,
   type ProviderResult,
   startProviderProcess,
-} from '../processes/payment-provider.js';
-import { waitUntil } from '../processes/redis.js';
+} from '../demo/processes/payment-provider.js';
+import { waitUntil } from '../demo/processes/redis.js';
+import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
 
 /** The slow process's latency: long enough that a second request surely arrives mid-charge. */
 const SLOW_LATENCY_MS = 1_500;
@@ -664,11 +664,11 @@ describe.each(PROVIDER_IMPLEMENTATIONS)('the payment provider: $name', ({ comman
   });
 });
 
-describe('payment-provider/api.ts itself', () => {
+describe('demo/payment-provider/api.ts itself', () => {
   const [tsxProvider] = PROVIDER_IMPLEMENTATIONS;
 
   it('refuses a bad flag with a message that names it', async () => {
-    if (!tsxProvider) throw new Error('PROVIDER_IMPLEMENTATIONS lost payment-provider/api.ts');
+    if (!tsxProvider) throw new Error('PROVIDER_IMPLEMENTATIONS lost demo/payment-provider/api.ts');
 
     await expect(startProviderProcess([...tsxProvider.command, '--latency-ms', 'soon'])).rejects.toThrow(
       /--latency-ms must be a whole number/,

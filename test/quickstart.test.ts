@@ -15,7 +15,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { INSTALL_TIMEOUT_MS, START_TIMEOUT_MS } from '../processes/bounds.js';
+import { INSTALL_TIMEOUT_MS, START_TIMEOUT_MS } from '../demo/processes/bounds.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const README = readFileSync(join(ROOT, 'packages', 'idempotency', 'README.md'), 'utf8');

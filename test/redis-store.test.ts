@@ -14,8 +14,7 @@ import {
   redisKeysOf,
 } from 'mcp-request-idempotency/redis';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { RedisLedger } from '../hosting/ledgers/redis.js';
-import { CHARGE_LIMIT, ChargeDeclined } from '../ledger.js';
+import { RedisLedger } from '../demo/hosting/ledgers/redis.js';
 import {
   commandsDuring as commandsDuringOn,
   REDIS_SKIP_REASON,
@@ -23,7 +22,8 @@ import {
   type TestRedis,
   uniqueKeyPrefix,
   waitUntil,
-} from '../processes/redis.js';
+} from '../demo/processes/redis.js';
+import { CHARGE_LIMIT, ChargeDeclined } from '../ledger.js';
 import {
   claimTicket,
   expectUnavailableWithin,

@@ -7,7 +7,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
-import { START_TIMEOUT_MS } from '../processes/bounds.js';
+import { START_TIMEOUT_MS } from '../demo/processes/bounds.js';
 
 const ROOT = join(import.meta.dirname, '..');
 /** A test runs the server once: its start-up, with room. */

@@ -21,10 +21,10 @@ import {
 } from 'mcp-request-idempotency';
 import { SqliteIdempotencyStore, type SqliteStoreOptions } from 'mcp-request-idempotency/sqlite';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { SqliteLedger } from '../hosting/ledgers/sqlite.js';
+import { SqliteLedger } from '../demo/hosting/ledgers/sqlite.js';
+import { START_TIMEOUT_MS } from '../demo/processes/bounds.js';
+import { waitUntil } from '../demo/processes/redis.js';
 import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
-import { START_TIMEOUT_MS } from '../processes/bounds.js';
-import { waitUntil } from '../processes/redis.js';
 import {
   claimTicket,
   ERROR,

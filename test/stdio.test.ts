@@ -2,7 +2,7 @@
 // both protocol eras; and the same cases against a server on the v1 SDK line with the v1 adapter.
 
 import { LEGACY_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
-import { ERAS } from '../processes/launch.js';
+import { ERAS } from '../demo/processes/launch.js';
 import { describeSepCases } from './support/sep-cases.js';
 import { connectStdio } from './support/stdio.js';
 

@@ -12,15 +12,15 @@ import { PostgresIdempotencyStore } from 'mcp-request-idempotency/postgres';
 import { RedisIdempotencyStore, redisKeysOf } from 'mcp-request-idempotency/redis';
 import { SqliteIdempotencyStore } from 'mcp-request-idempotency/sqlite';
 import { afterAll, expect } from 'vitest';
-import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../processes/bounds.js';
-import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../processes/postgres.js';
+import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../demo/processes/bounds.js';
+import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../demo/processes/postgres.js';
 import {
   REDIS_CLUSTER_SKIP_REASON,
   REDIS_SKIP_REASON,
   startRedis,
   startRedisCluster,
   uniqueKeyPrefix,
-} from '../processes/redis.js';
+} from '../demo/processes/redis.js';
 import { describeStoreContract } from './support/store-contract.js';
 import { FINGERPRINT, LEASE_MS, newId } from './support/store-fixtures.js';
 

@@ -21,8 +21,8 @@ import {
 } from 'mcp-request-idempotency';
 import { callTool } from 'mcp-request-idempotency/client';
 import type { Ledger } from '../../ledger.js';
-import { connectInProcess, type InProcessConnection } from '../../processes/in-process.js';
 import { SERVER_INFO } from '../../server.js';
+import { connectInProcess, type InProcessConnection } from './in-process.js';
 
 // --- The provider, with a gate the test opens ---
 

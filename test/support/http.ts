@@ -6,13 +6,13 @@ import type { AddressInfo } from 'node:net';
 import { toNodeHandler } from '@modelcontextprotocol/node';
 import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
 import { MemoryIdempotencyStore } from 'mcp-request-idempotency';
+import { connectHttpClient, type Era, startHttpInstance } from '../../demo/processes/launch.js';
 import type { Ledger } from '../../ledger.js';
 import { connect, type Peer } from '../../packages/checker/wire.js';
-import { connectHttpClient, type Era, startHttpInstance } from '../../processes/launch.js';
 import { registerDemoTools, type ToolRegistry } from '../../server.js';
 import { type Connection, PEER_TIMEOUT_MS } from './sep-cases.js';
 
-export { connectHttpClient, type HttpInstance, startHttpInstance } from '../../processes/launch.js';
+export { connectHttpClient, type HttpInstance, startHttpInstance } from '../../demo/processes/launch.js';
 
 /** Alice may do everything with token-a and only read with token-r; bob is another caller. */
 const TOKENS = 'alice:token-a:charge+refund+read+admin,alice:token-r:read,bob:token-b';

@@ -6,7 +6,7 @@ import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { type DecisionLine, decisionsIn, MODERN_ENVELOPE } from '../../processes/launch.js';
+import { type DecisionLine, decisionsIn, MODERN_ENVELOPE } from '../../demo/processes/launch.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const ANSWER_TIMEOUT_MS = 10_000;
@@ -69,7 +69,7 @@ export class RawStdioPeer {
   }
 
   private static spawn(args: string[]): ChildProcessWithoutNullStreams {
-    // Each decision line written at once, as the launchers do (processes/launch.ts): the tests read them.
+    // Each decision line written at once, as the launchers do (demo/processes/launch.ts): the tests read them.
     return spawn(
       process.execPath,
       ['--import', 'tsx', join(ROOT, 'server.ts'), '--log-flush-ms', '0', ...args],

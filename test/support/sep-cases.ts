@@ -18,10 +18,10 @@ import {
 import { callTool, callToolIdempotently, type KeyedToolCall } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { balanceOf, resetLedger } from '../../demo/processes/launch.js';
 import { CHARGE_LIMIT } from '../../ledger.js';
 import { type CheckInputs, checkRule, RULES, Run, type Status } from '../../packages/checker/rules.js';
 import type { Peer } from '../../packages/checker/wire.js';
-import { balanceOf, resetLedger } from '../../processes/launch.js';
 
 export interface Connection {
   client: Client;

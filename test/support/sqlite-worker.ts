@@ -13,7 +13,7 @@
 import { createInterface } from 'node:readline';
 import { createToolCallGuard, type JsonObject } from 'mcp-request-idempotency';
 import { SqliteIdempotencyStore } from 'mcp-request-idempotency/sqlite';
-import { SqliteLedger } from '../../hosting/ledgers/sqlite.js';
+import { SqliteLedger } from '../../demo/hosting/ledgers/sqlite.js';
 
 const [file, busyTimeoutMs] = process.argv.slice(2);
 if (!file) throw new Error('usage: sqlite-worker.ts FILE [BUSY_TIMEOUT_MS]');

@@ -1,8 +1,8 @@
 // Real server processes over stdio: an SDK client's, and a second one like it for raw JSON-RPC.
 
 import { join } from 'node:path';
+import { connectToServer, type StdioConnectOptions } from '../../demo/processes/launch.js';
 import { connect } from '../../packages/checker/wire.js';
-import { connectToServer, type StdioConnectOptions } from '../../processes/launch.js';
 import { type Connection, PEER_TIMEOUT_MS } from './sep-cases.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');

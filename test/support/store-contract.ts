@@ -25,7 +25,7 @@ import {
   type StoredResponse,
 } from 'mcp-request-idempotency';
 import { afterEach, describe, expect, it } from 'vitest';
-import { waitUntil } from '../../processes/redis.js';
+import { waitUntil } from '../../demo/processes/redis.js';
 import {
   claimTicket,
   ERROR,

@@ -9,8 +9,8 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { MemoryIdempotencyStore } from 'mcp-request-idempotency';
 import { installIdempotencyGuard, verifyGuardSeesKeys } from 'mcp-request-idempotency/sdk-v1';
-import { parseServerArgs } from '../../hosting/cli.js';
-import { batchDecisionLines, logDecision } from '../../hosting/log.js';
+import { parseServerArgs } from '../../demo/hosting/cli.js';
+import { batchDecisionLines, logDecision } from '../../demo/hosting/log.js';
 import { MemoryLedger } from '../../ledger.js';
 import { registerDemoTools, SERVER_INFO, type ToolRegistry } from '../../server.js';
 

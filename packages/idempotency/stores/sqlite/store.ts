@@ -16,7 +16,7 @@
 //
 // --- Two commits, not one held across the tool ---
 // One BEGIN IMMEDIATE held from the claim to the record would save the second commit: 9.6 µs at
-// NORMAL (28 against 18 µs for the statements alone, bench/sqlite.ts), 290 µs at FULL (an fsync).
+// NORMAL (28 against 18 µs for the statements alone, test/bench/sqlite.ts), 290 µs at FULL (an fsync).
 // It is not taken, because an uncommitted claim is invisible to every other process: a duplicate
 // there finds no record, must write to claim, and waits on the file's write lock instead of
 // answering in progress at once; every other first execution, in every process, waits for the

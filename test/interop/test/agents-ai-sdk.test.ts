@@ -1,0 +1,75 @@
+// The Vercel AI SDK (`ai` 7, `@ai-sdk/mcp` 2) against the demo's guarded server, its model scripted
+// with the SDK's MockLanguageModelV4 (support/ai-sdk-agent.ts, run on Node 24: the SDK's current
+// release needs Node 22). Its MCP client retries a tools/call whose answer was lost: without
+// mcp-request-idempotency/ai-sdk and with it, executions counted on the ledger, every attempt's
+// key read off the wire.
+
+import { checkIdempotencyKey } from 'mcp-request-idempotency';
+import { describe, expect, it } from 'vitest';
+import { AGENT_RUN_TIMEOUT_MS } from '../../../demo/processes/bounds.js';
+import { runAgentProcess } from '../support/agent-process.js';
+import { agentTestBed, chargeKeys } from '../support/agents.js';
+import type { AiSdkResult, AiSdkRun } from '../support/ai-sdk-agent.js';
+
+const bed = agentTestBed({ node24: true });
+const runAiSdk = (run: AiSdkRun) => runAgentProcess<AiSdkResult>(bed.node24(), 'ai-sdk-agent.ts', run);
+
+describe('the MCP client retries a tools/call answered 502 after the server ran it (maxRetries: 2)', () => {
+  it(
+    'without the adapter, the retry executes the charge again: two charges',
+    async () => {
+      const proxy = await bed.proxy('badGateway');
+      const { answers } = await runAiSdk({
+        endpoint: { url: proxy.url.href },
+        keyed: false,
+        thread: 'chat-1',
+        runs: 1,
+      });
+      expect(await bed.balance()).toBe(200);
+      expect(chargeKeys(proxy)).toStrictEqual([undefined, undefined]);
+      expect(answers.join()).toContain('New balance: 200');
+    },
+    AGENT_RUN_TIMEOUT_MS,
+  );
+
+  it(
+    'with it, both attempts carry one key and the retry gets the stored answer: one charge',
+    async () => {
+      const proxy = await bed.proxy('badGateway');
+      const { answers, warnings } = await runAiSdk({
+        endpoint: { url: proxy.url.href },
+        keyed: true,
+        thread: 'chat-1',
+        runs: 1,
+      });
+      expect(await bed.balance()).toBe(100);
+      const [key, retried] = chargeKeys(proxy);
+      expect(checkIdempotencyKey(key)).toStrictEqual({ ok: true, key });
+      expect(retried).toBe(key);
+      expect(answers.join()).toContain('New balance: 100');
+      expect(warnings).toStrictEqual([]);
+    },
+    AGENT_RUN_TIMEOUT_MS,
+  );
+});
+
+describe('over stdio, through the wrapped transport', () => {
+  it(
+    'a turn run again with the same conversation replays its charge: one charge, one key',
+    async () => {
+      const { answers, sentKeys, balance } = await runAiSdk({
+        endpoint: { stdio: true },
+        keyed: true,
+        thread: 'chat-1',
+        runs: 2,
+      });
+      expect(balance).toBe(100);
+      expect(sentKeys).toHaveLength(2);
+      expect(new Set(sentKeys).size).toBe(1);
+      expect(checkIdempotencyKey(sentKeys[0]).ok).toBe(true);
+      expect(answers).toHaveLength(2);
+      expect(answers[1]).toBe(answers[0]);
+    },
+    AGENT_RUN_TIMEOUT_MS,
+  );
+});
