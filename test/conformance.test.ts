@@ -15,7 +15,16 @@ import { type HttpInstance, startHttpInstance } from './support/http.js';
 import { findNode24, INSTALL_TIMEOUT_MS } from './support/node24.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-const CLI = join(ROOT, 'interop', 'node_modules', '@modelcontextprotocol', 'conformance', 'dist', 'index.js');
+const CLI = join(
+  ROOT,
+  'test',
+  'interop',
+  'node_modules',
+  '@modelcontextprotocol',
+  'conformance',
+  'dist',
+  'index.js',
+);
 const run = promisify(execFile);
 
 const SCENARIOS = ['server-initialize', 'ping', 'tools-list', 'dns-rebinding-protection'];

@@ -224,6 +224,15 @@ list('docs/reliability.md', 'npx vitest run', {
   },
 });
 
+list('README.md', 'server.ts ', {
+  kind: 'checked',
+  // The map of the folders: docs.test.ts holds it to the tree (every folder named, nothing else).
+  check: (block) => {
+    const named = block.body.split('\n').map((line) => line.split(/\s+/)[0] ?? '');
+    expect(named.filter((path) => path !== '' && !existsSync(join(ROOT, path)))).toEqual([]);
+  },
+});
+
 list('docs/how-it-works.md', 'server.ts ', {
   kind: 'checked',
   check: (block) => {

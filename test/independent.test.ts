@@ -339,7 +339,7 @@ describe('hand-written HTTP requests (fetch), no MCP client at all', () => {
 // --- The MCP Inspector CLI ---
 
 const INSPECTOR =
-  process.env.SEP3182_INSPECTOR ?? join(ROOT, 'interop', 'node_modules', '.bin', 'mcp-inspector');
+  process.env.SEP3182_INSPECTOR ?? join(ROOT, 'test', 'interop', 'node_modules', '.bin', 'mcp-inspector');
 const inspectorFound = existsSync(INSPECTOR);
 if (!inspectorFound) {
   console.warn(
