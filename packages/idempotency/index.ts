@@ -12,7 +12,7 @@ export { IDEMPOTENCY_CAPABILITY } from './core/capability.js';
 export type { Decision, DecisionEvent } from './core/decisions.js';
 export * from './core/errors.js';
 export * from './core/execution.js';
-export * from './core/fingerprint.js';
+export { type Fingerprint, type FingerprintResult, fingerprintToolCall } from './core/fingerprint.js';
 export { createToolCallGuard, type ToolCallGuard } from './core/guard.js';
 export * from './core/key.js';
 export {

@@ -11,6 +11,7 @@
 // different requests.
 
 import { hash } from 'node:crypto';
+import { nativelyCanonical } from './fingerprint-fast.js';
 
 export type Fingerprint = string;
 
@@ -21,7 +22,9 @@ export function fingerprintToolCall(name: unknown, args: unknown): FingerprintRe
   try {
     // SEP: an absent `arguments` is the same request as `{}`.
     const value = [name, args === undefined ? {} : args];
-    canonical = nativelyCanonical(value) ?? canonicalize(value, new Set());
+    // The fast path writes what it can at native speed and gives up on the rest; what it writes is
+    // what `canonicalJson` writes (test/fingerprint-fast.test.ts holds the two together).
+    canonical = nativelyCanonical(value) ?? canonicalJson(value);
   } catch (error) {
     // JSON.parse turns 1e400 into Infinity, which RFC 8785 cannot write; and very deep
     // nesting can exhaust the stack. Neither can be compared, so neither may be keyed.
@@ -29,112 +32,25 @@ export function fingerprintToolCall(name: unknown, args: unknown): FingerprintRe
     return { ok: false, reason };
   }
   if (canonical === undefined) return { ok: false, reason: 'not a JSON value' };
-  // One-shot `hash`, not `createHash`: the same SHA-256, without a Hash object per call.
   return { ok: true, fingerprint: hash('sha256', canonical, 'base64url') };
 }
 
 // --- RFC 8785 (JSON Canonicalization Scheme) ---
 //
-// Written out rather than taken from the `canonicalize` package, for speed only: that
-// package checks strings for lone surrogates one UTF-16 unit at a time in JavaScript and
-// calls JSON.stringify and Array.prototype.sort for every string and object, which made a
-// 100 KB `arguments` cost milliseconds. Its output, and the reason it refuses a value, are
-// kept exactly (package version 4.0.0), for every input: test/equivalence.test.ts holds
-// this code to the package, which stays as the tests' reference. (Only the depth at which
-// nesting exhausts the stack differs; it depends on the stack and the JIT, and never was fixed.)
+// Written out rather than taken from the `canonicalize` package, whose per-string and
+// per-object work made large arguments slow; its output, and the reason it refuses a value, are
+// kept exactly (package version 4.0.0) for every input: test/equivalence.test.ts holds this code
+// to the package, which stays as the tests' reference. (Only the depth at which nesting exhausts
+// the stack differs: it depends on the stack and the JIT.)
 //   - Members sorted by their names' UTF-16 code units.
 //   - Strings and numbers as ECMAScript's JSON.stringify writes them, which is what RFC 8785
 //     specifies; a string with a lone surrogate and a non-finite number are refused.
 //   - `undefined` and symbol members are left out; in arrays they are written as null.
 
-// --- The common case, written by JSON.stringify itself ---
-//
-// JSON.stringify writes strings and numbers exactly as RFC 8785 does; what it does not do is sort
-// members. Given an array of property names, though, it writes every object's members in that
-// array's order: so for a value made only of plain objects, arrays, finite numbers, well-formed
-// strings, booleans and null, JSON.stringify(value, sortedNamesOfAllItsObjects) is its canonical
-// form, at native speed (the fingerprint of 100 KB of arguments, measured side by side: 1.3 to 1.5
-// × SHA-256 of a bare JSON.stringify, where the writer below took 2.3 ×, and a one-pass writer in
-// JavaScript 1.7 ×). One walk checks that the value is such a value and gathers the names;
-// anything else is left to the full writer, which refuses or writes it exactly as the
-// `canonicalize` package does.
-
-/**
- * Names past this many make the native writer look each one up on every object: the full
- * writer's cost grows with the members there are, not with the names times the objects.
- */
-const MAX_NATIVE_NAMES = 64;
-
-/** Deeper than arguments are nested in practice, and short of any stack. */
-const MAX_NATIVE_DEPTH = 64;
-
-/**
- * Below this many members, arguments whose members are out of order go to the full writer:
- * JSON.stringify given names takes V8's slower path, which pays only on larger arguments. The
- * walk is then paid for nothing (1 KB of arguments out of order: 11.0 µs against the full
- * writer's 9.1; 100 KB: 690 µs against 983; `{"amount":1}`, in order: 0.59 against 0.62).
- */
-const MIN_MEMBERS_FOR_NAMES = 256;
-
-/** What a walk of the arguments found: their objects' names, whether each object's are in order. */
-interface Walk {
-  names: Set<string>;
-  inOrder: boolean;
-  members: number;
+/** The RFC 8785 form of `value`, undefined where JSON has none; throws on what it cannot write. */
+export function canonicalJson(value: unknown): string | undefined {
+  return canonicalize(value, new Set());
 }
-
-/** The canonical form of `value` if JSON.stringify can write it (see above), else undefined. */
-function nativelyCanonical(value: unknown): string | undefined {
-  // A `toJSON` somebody put on every object or array would be called by both writers, differently.
-  if ('toJSON' in Object.prototype || 'toJSON' in Array.prototype) return undefined;
-  const walk: Walk = { names: new Set(), inOrder: true, members: 0 };
-  if (!isNativelyWritten(value, walk, 0)) return undefined;
-  // Members already in canonical order need no names: V8's fastest path writes them as they are.
-  if (walk.inOrder) return JSON.stringify(value);
-  if (walk.members < MIN_MEMBERS_FOR_NAMES || walk.names.size > MAX_NATIVE_NAMES) return undefined;
-  // The default sort compares UTF-16 code units, RFC 8785's order.
-  return JSON.stringify(value, [...walk.names].sort());
-}
-
-/** Whether JSON.stringify writes `value` as RFC 8785 does, given its objects' names (see `Walk`). */
-function isNativelyWritten(value: unknown, walk: Walk, depth: number): boolean {
-  switch (typeof value) {
-    case 'string':
-      return value.isWellFormed();
-    case 'number':
-      return Number.isFinite(value);
-    case 'boolean':
-      return true;
-    case 'object':
-      break;
-    default:
-      return false;
-  }
-  if (value === null) return true;
-  if (depth > MAX_NATIVE_DEPTH) return false;
-  if (Array.isArray(value)) {
-    // A hole, or an undefined the full writer turns into null, fails as not natively written.
-    for (let i = 0; i < value.length; i++) if (!isNativelyWritten(value[i], walk, depth + 1)) return false;
-    return true;
-  }
-  if (Object.getPrototypeOf(value) !== Object.prototype) return false;
-  const keys = Object.keys(value);
-  // JSON.stringify reads a listed name whether or not it is enumerable; the full writer, only if it is.
-  if (Object.getOwnPropertyNames(value).length !== keys.length) return false;
-  let previous: string | undefined;
-  for (const key of keys) {
-    // `__proto__` read on an object without it of its own is Object.prototype, an object.
-    if (key === '__proto__' || !key.isWellFormed()) return false;
-    if (!isNativelyWritten(Reflect.get(value, key), walk, depth + 1)) return false;
-    if (previous !== undefined && previous > key) walk.inOrder = false;
-    previous = key;
-    walk.names.add(key);
-  }
-  walk.members += keys.length;
-  return true;
-}
-
-// --- The full writer ---
 
 /**
  * A string with none of these is written as it is, in quotes; any other goes through
