@@ -35,7 +35,7 @@ export interface DecisionEvent {
 /**
  * Tells `onDecision` what was decided for one keyed call, and how long deciding took.
  * (A class, not a closure made per call: under tsx, esbuild names every such closure with
- * Object.defineProperty as it is made, which showed up in the benchmark's profile.)
+ * Object.defineProperty as it is made.)
  */
 export class DecisionLog {
   private readonly started = performance.now();

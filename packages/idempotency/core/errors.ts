@@ -90,8 +90,8 @@ export class JsonRpcError extends Error {
   readonly data?: unknown;
 
   constructor(code: number, message: string, data?: unknown) {
-    // An answer to the caller, not a fault: nobody reads its stack, and capturing one was most of
-    // what a conflict or in-progress answer cost (3.5 µs).
+    // An answer to the caller, not a fault: nobody reads its stack, and capturing one would be
+    // most of what a conflict or in-progress answer costs.
     const limit = Error.stackTraceLimit;
     Error.stackTraceLimit = 0;
     try {

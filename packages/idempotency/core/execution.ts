@@ -51,7 +51,7 @@ export class ToolExecution {
     if (!this.begin) return undefined;
     this.begun ??= this.begin().catch((error: unknown) => {
       // Nothing the tool meant to write there was written: the guard records nothing of this
-      // execution and answers that the store is unavailable (see `settlementOf` in guard.ts).
+      // execution and answers that the store is unavailable (see `settlementOf` in record.ts).
       this.failedStore = error ?? new Error('the store failed to begin a transaction');
       throw error;
     });

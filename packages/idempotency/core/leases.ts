@@ -6,12 +6,11 @@ import type { ClaimTicket, IdempotencyStore } from '../stores/contract.js';
  * Renews the lease of every claim whose call is still running, every third of the lease, so only
  * the claim of a process that died (or froze) expires and frees its key for a retry. A third: two
  * renewals in a row can fail (a store blip) before a live claim would expire. A failed renewal is
- * not the caller's problem: the next one may succeed, and at worst the lease runs out, which is
- * what happened before any renewal.
- * One timer for all of a guard's calls, not one per call: a claim joins a set and leaves it, where
- * a timer of its own cost a Timeout and two timer-list operations per call (about 0.5 µs). Its
- * first renewal comes within a third of the lease, as before; a call shorter than that is
- * renewed only if a tick falls inside it.
+ * not the caller's problem: the next one may succeed, and at worst the lease runs out, as it would
+ * with no renewal at all.
+ * One timer for all of a guard's calls, not one per call: a claim joins a set and leaves it, with
+ * no Timeout of its own. Its first renewal comes within a third of the lease; a call shorter than
+ * that is renewed only if a tick falls inside it.
  */
 export class LeaseRenewals {
   private readonly running = new Set<ClaimTicket>();

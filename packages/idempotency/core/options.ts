@@ -24,7 +24,7 @@ export const DEFAULT_PROVIDER_KEY_RETENTION_MS = 24 * 60 * 60 * 1000;
  * tool, and must, so that a retry that executes again after a crash (on another instance, after a
  * restart) sends the key the provider already committed. Forgotten by the guard and still known to
  * the provider, a reused key would be replayed the old operation's answer: charged nothing,
- * told it succeeded. (The prototype kept 300 s.)
+ * told it succeeded.
  */
 export const DEFAULT_RETENTION_MS = DEFAULT_PROVIDER_KEY_RETENTION_MS;
 

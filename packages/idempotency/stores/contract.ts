@@ -3,8 +3,8 @@
 // Small and atomic on purpose: a claim, then one of three ways to settle it, are all the guard
 // needs, so a backend can be added without touching the guard. Memory, a SQLite file, Redis (one
 // or a Cluster) and Postgres ship here; another (DynamoDB, say) is a file of yours beside them, on
-// the helpers they share (`support.ts`), held to the suite every store here passes (the
-// repository's `test/support/store-contract.ts`). `claim` must be atomic across every process
+// the helpers they share (`support.ts`), held to the contract suite every store here passes (in
+// the project's repository, not this package). `claim` must be atomic across every process
 // sharing the store: of N concurrent claims of one (scope, key), exactly one may come back `claimed`.
 //
 // A key is in one of three states: in progress (a claim whose call runs), awaiting input (a

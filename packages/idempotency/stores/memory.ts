@@ -188,12 +188,12 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     resumed: StoredRecord | undefined,
   ): Claim {
     // Unique among this store's claims, which is all a token must be: the store is in process, so
-    // a counter is enough, where a UUID cost a call into the CSPRNG per claim.
+    // a counter is enough, with no call into the CSPRNG per claim.
     const token = String(++this.claims);
     const bytes = resumed ? resumed.bytes : 0;
     this.keep(this.inProgress, slot, { scope: id.scope, fingerprint, token, expiresAt, bytes, resumed });
-    // Members written out, not `{ ...id, fingerprint, token }`: V8 (Node 20) takes a slow
-    // path for a spread followed by more members, about 2 µs, a fifth of the guard's cost.
+    // Members written out, not `{ ...id, fingerprint, token }`: V8 takes a slow path for a
+    // spread followed by more members (docs/cost.md).
     const ticket = { scope: id.scope, idempotencyKey: id.idempotencyKey, fingerprint, token };
     return { state: 'claimed', ticket };
   }

@@ -6,13 +6,9 @@
 //   - `better-sqlite3` (12.x), a native addon compiled at install (about two minutes, with
 //     python3, make and a C++ compiler). Its binary is built for one Node ABI: one compiled under
 //     Node 20 does not load under Node 24 ("was compiled against a different Node.js version").
-// Measured on the statements the store runs (one file, WAL, synchronous=NORMAL, this project's
-// 2-core VM, medians of 20,000, three runs alike): on Node 24, node:sqlite against better-sqlite3
-// 12.11 built for it, a point read by primary key 6.4 against 5.9 µs, an empty write transaction
-// 7.9 against 8.4 µs, a one-row UPDATE transaction 17.5 against 18.1 µs, `SELECT 1` 0.54 against
-// 0.45 µs (better-sqlite3 on Node 20: 5.9, 8.3, 18.0, 0.28). The same, within half a microsecond:
-// the file's locks and WAL writes (system calls) are the cost, not the binding. So the binding is
-// chosen by what the runtime has, never by speed:
+// On the statements the store runs, the two cost the same (docs/cost.md): the file's locks and WAL
+// writes (system calls) are the cost, not the binding. So the binding is chosen by what the
+// runtime has, never by speed:
 // `node:sqlite` wherever Node has it, and `better-sqlite3` only where it does not (Node 20),
 // loaded only then. It is an optional peer dependency: a server on Node 22.13+ installs nothing
 // for this store, a server on Node 20 installs `better-sqlite3@12` (13.x needs Node 22), and a

@@ -15,7 +15,7 @@ export type SqliteSynchronous = 'normal' | 'full';
 
 /**
  * The first retry of a write that found the file locked comes after 1 ms (another claim holds the
- * lock for tens of µs), then doubling to this: a tool's transaction holds it for longer, and a
+ * lock for far less), then doubling to this: a tool's transaction holds it for longer, and a
  * waiter learns it is free at most this late.
  */
 const MAX_BUSY_BACKOFF_MS = 16;
@@ -24,9 +24,9 @@ const MAX_BUSY_BACKOFF_MS = 16;
  * How many pages the WAL may grow to before a commit copies them back into the file (SQLite's
  * default is 1,000: 4 MB). A checkpoint fsyncs the WAL and the file, even at synchronous=NORMAL,
  * so its cost is two fsyncs whatever it copies, and a page written by many commits is copied once:
- * at 1,000 pages a first execution (two commits of two pages each) paid for a checkpoint every
- * 250 calls, about 55 µs a call on this project's 2-core VM; at 10,000 about a tenth of it. The WAL
- * file then grows to about 40 MB, and is cut back to JOURNAL_SIZE_LIMIT after each checkpoint.
+ * at 1,000 pages a first execution (two commits of two pages each) pays for a checkpoint every 250
+ * calls, at 10,000 every 2,500 (docs/cost.md). The WAL file then grows to about 40 MB, and is cut
+ * back to JOURNAL_SIZE_LIMIT after each checkpoint.
  */
 const WAL_CHECKPOINT_PAGES = 10_000;
 

@@ -8,10 +8,9 @@
 //     process holds;
 //   - the completed records it has written or read. A completed record never changes until it
 //     expires or the file is cleared, so a replay (or a conflict) of one it knows is answered
-//     from memory, with no read of the file. Why keep it: a replay's target is 1.02 × the memory
-//     store's, and a read (two lock system calls and the row) took 2.9 µs against 0.4 µs from
-//     memory (test/bench/sqlite.ts, this project's 2-core VM), about 1% of a 220 µs stdio replay: half
-//     the target's margin, on the answer a retry storm is made of. Its price is one window: a
+//     from memory, with no read of the file. Why keep it: a read of the file (two lock system calls
+//     and the row) costs several times a read from memory, on the answer a retry storm is made of
+//     (docs/cost.md has the figures against the replay's target). Its price is one window: a
 //     `clear` in this process empties it at once; one in another process bumps the file's clear
 //     count, which every store checks every CLEAR_SEEN_WITHIN_MS (100 ms) while it remembers
 //     anything, so for that long a process may replay a record another's clear removed. A clear

@@ -15,9 +15,8 @@
 // first execution is two short write transactions.
 //
 // --- Two commits, not one held across the tool ---
-// One BEGIN IMMEDIATE held from the claim to the record would save the second commit: 9.6 µs at
-// NORMAL (28 against 18 µs for the statements alone, test/bench/sqlite.ts), 290 µs at FULL (an fsync).
-// It is not taken, because an uncommitted claim is invisible to every other process: a duplicate
+// One BEGIN IMMEDIATE held from the claim to the record would save the second commit (an fsync at
+// FULL; docs/cost.md has what it would save). It is not taken, because an uncommitted claim is invisible to every other process: a duplicate
 // there finds no record, must write to claim, and waits on the file's write lock instead of
 // answering in progress at once; every other first execution, in every process, waits for the
 // tool; and a tool that hangs (or a process stopped, not dead) holds the lock with no lease to end
@@ -65,8 +64,7 @@
 //     again. A tool whose writes go to the same file in the record's transaction loses them with
 //     it (both or neither, still); a tool calling a provider is covered by its `providerKey`.
 // `synchronous: 'full'` fsyncs the WAL at every commit, so a record acknowledged survives a power
-// loss too, at the cost of an fsync per write transaction, two per first execution: a one-row
-// commit took 0.25 to 0.41 ms here against 0.02 ms at NORMAL (this project's 2-core VM; the bench
+// loss too, at the cost of an fsync per write transaction, two per first execution (the bench
 // compares both over stdio, docs/sqlite.md). NORMAL is the default because the process crash is
 // the failure to survive, and two fsyncs would cost a stdio call more than the whole guard does.
 //
@@ -144,7 +142,7 @@ export const DEFAULT_SQLITE_SYNCHRONOUS: SqliteSynchronous = 'normal';
  * Every this many claims that write, a claim also looks at the next SWEEP_ROWS records (in key
  * order, wrapping round) and deletes those that have expired: a caller that never comes back
  * leaves no records behind for good. A caller's own expired records go sooner, when its quota
- * needs the room. About 1 µs a claim, on average.
+ * needs the room.
  */
 const SWEEP_EVERY = 64;
 
@@ -702,7 +700,7 @@ export class SqliteIdempotencyStore implements IdempotencyStore {
   /**
    * Refuses to write once the file at `path` is no longer the one the store opened (deleted,
    * or replaced): SQLite would go on writing to the deleted file, where no other process looks,
-   * and a retry there would execute again. (A stat, about 1 µs, before each claim that writes.)
+   * and a retry there would execute again. (A stat before each claim that writes.)
    */
   private checkStillThere(): void {
     const now = statSync(this.path, { throwIfNoEntry: false });
