@@ -23,6 +23,18 @@ describe('the documents', () => {
     expect(read('README.md').split('\n').length).toBeLessThanOrEqual(250);
   });
 
+  it.each([...DOCUMENTS.filter((file) => file !== 'README.md'), 'test/conformance/README.md'])(
+    '%s says first whom it is for',
+    (file) => {
+      const firstParagraph =
+        read(file)
+          .split('\n')
+          .slice(1)
+          .find((line) => line.trim() !== '') ?? '';
+      expect(firstParagraph).toMatch(/^\*?For [^.]+/);
+    },
+  );
+
   it.each(DOCUMENTS)('%s links only to files that exist', (file) => {
     const broken: string[] = [];
     for (const [, target] of read(file).matchAll(/\]\(([^)\s]+)\)/g)) {
