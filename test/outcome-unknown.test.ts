@@ -11,7 +11,12 @@
 import { randomUUID } from 'node:crypto';
 import type { CallToolResult } from '@modelcontextprotocol/client';
 import {
+  createToolCallGuard,
+  currentExecution,
   IdempotencyErrorType,
+  idempotencyErrorCode,
+  idempotencyErrorOf,
+  JsonRpcError,
   MemoryIdempotencyStore,
   OUTCOME_META_KEY,
   outcomeUnknownOf,
@@ -25,8 +30,9 @@ import {
 } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ProviderLedger } from '../hosting/ledgers/provider.js';
+import { MemoryLedger } from '../ledger.js';
 import { connectInProcess, type InProcessConnection } from '../processes/in-process.js';
-import { connectHttpClient, startHttpInstance } from '../processes/launch.js';
+import { connectHttpClient, ERAS, startHttpInstance } from '../processes/launch.js';
 import {
   PROVIDER_IMPLEMENTATIONS,
   type ProviderImplementation,
@@ -200,6 +206,70 @@ function describeUnknownOutcome(implementation: ProviderImplementation): void {
 }
 
 for (const implementation of PROVIDER_IMPLEMENTATIONS) describeUnknownOutcome(implementation);
+
+// --- The marker, in either era and either form ---
+
+/** A provider that commits, then loses its answer: the tool cannot tell what happened. */
+class AnswerLostLedger extends MemoryLedger {
+  override async charge(amount: number): Promise<number> {
+    await super.charge(amount);
+    currentExecution()?.markOutcomeUnknown('ECONNRESET');
+    throw new Error('The payment provider did not answer; whether it committed is unknown.');
+  }
+}
+
+describe.each(ERAS)('the marker of an unknown outcome, on %s', (era) => {
+  it.each(['stdio', 'http'] as const)(
+    'reaches the client through the %s entry; a call without a key is not marked',
+    async (entry) => {
+      const server = await connectInProcess({
+        store: new MemoryIdempotencyStore(),
+        ledger: new AnswerLostLedger(),
+        era,
+        entry,
+      });
+      try {
+        const idempotencyKey = randomUUID();
+        const keyed = await callTool(server.client, { ...CHARGE, idempotencyKey });
+        expect(keyed).toMatchObject({
+          isError: true,
+          content: [{ type: 'text', text: expect.stringContaining('whether it committed is unknown') }],
+        });
+        expect(outcomeUnknownOf(keyed)).toStrictEqual({ idempotencyKey });
+        // Without a key there is no record to leave open and no key to retry under: a retry is a new call.
+        const unkeyed = await callTool(server.client, CHARGE);
+        expect(unkeyed.isError).toBe(true);
+        expect(outcomeUnknownOf(unkeyed)).toBeUndefined();
+      } finally {
+        await server.close();
+      }
+    },
+  );
+});
+
+describe('the marker on a JSON-RPC error', () => {
+  it('answers a dispatch that threw with an unknown outcome as idempotency_outcome_unknown, in its words, recording nothing', async () => {
+    const guard = createToolCallGuard({ store: new MemoryIdempotencyStore(), providerKeyRetentionMs: 0 });
+    let runs = 0;
+    const dispatch = async () => {
+      runs += 1;
+      currentExecution()?.markOutcomeUnknown('timed out');
+      throw new JsonRpcError(-32000, 'the provider timed out');
+    };
+    const params = { ...CHARGE, idempotencyKey: randomUUID() };
+    for (const _ of [1, 2]) {
+      const error = await errorFrom(guard(params, {}, dispatch));
+      expect(error).toMatchObject({ message: 'the provider timed out' });
+      expect(idempotencyErrorOf(error)).toStrictEqual({
+        code: idempotencyErrorCode(IdempotencyErrorType.outcomeUnknown),
+        type: IdempotencyErrorType.outcomeUnknown,
+        idempotencyKey: params.idempotencyKey,
+      });
+      expect(outcomeUnknownOf(error)).toStrictEqual({ idempotencyKey: params.idempotencyKey });
+    }
+    expect(runs).toBe(2);
+  });
+});
 
 // --- Issue 54's reproduction, rerun: the server process, its default window, IdempotentClient ---
 
