@@ -207,7 +207,9 @@ export function registerDemoTools(tools: ToolRegistry, ledger: Ledger, store: Id
 // sealed `requestState` naming the refund. The client sends the call again with the answer (a
 // continuation) and only a yes refunds. On a 2025-11-25 connection the SDK asks the question
 // itself, inside the one call. Like the others, this tool carries no idempotency logic: the
-// guard's rules for continuations are in packages/idempotency/core/guard.ts.
+// guard's rules for continuations are in packages/idempotency/core/guard.ts, and the seal binds a
+// state to the idempotency key of the round that minted it (demo/hosting/request-state.ts), so one
+// yes is one refund: carried to another key, or sent with none, it is refused before this runs.
 
 /** What `refund_order` seals into its `requestState`: the refund the question was about. */
 export interface RefundState {
@@ -246,7 +248,7 @@ function registerRefundTool(mcp: McpServer, ledger: Ledger, codec: RequestStateC
       scopeChallenge: requireScopes(DEMO_SCOPES.refund),
     },
     async ({ orderId, amount }, ctx: ServerContext) => {
-      // Verified by the SDK before this runs (`requestState.verify`): integrity, expiry, caller.
+      // Verified by the SDK before this runs (`requestState.verify`): integrity, expiry, caller, key.
       const state = ctx.mcpReq.requestState<RefundState>();
       const answers = ctx.mcpReq.inputResponses;
       // Only an answer to this refund's own question counts.
@@ -289,8 +291,9 @@ function registerRefundTool(mcp: McpServer, ledger: Ledger, codec: RequestStateC
 export function createDemoServer(options: DemoServerOptions): McpServer {
   const { ledger, store } = options;
   const codec = options.requestState ?? processRequestStateCodec();
-  // The SDK verifies every echoed `requestState` before the tool runs; a forged, expired or
-  // another caller's state is refused with -32602 (reason `invalid_request_state`).
+  // The SDK verifies every echoed `requestState` before the tool runs; a forged or expired state,
+  // or one minted for another caller or under another key, is refused with -32602 (reason
+  // `invalid_request_state`), and the guard records nothing of it.
   const mcp = new McpServer(SERVER_INFO, { requestState: { verify: codec.verify } });
   // The SDK's scope challenge runs over HTTP before the dispatch, for executions and replays alike.
   const tools: ToolRegistry = {

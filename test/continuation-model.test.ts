@@ -1,7 +1,7 @@
 // --- Model-based test of multi-round-trip calls under an idempotency key ---
 //
 // Random programs of opening rounds, continuations (yes, no, an unusable answer, a forged
-// `requestState`), repeats, lost answers and two continuations at once, on two keys whose calls
+// `requestState`, or the other key's, which binds its own key alone), repeats, lost answers and two continuations at once, on two keys whose calls
 // may differ in their arguments, run against the real guard (McpServer + guard, in process, each
 // request its own fetch) and a small model of the project's rules for continuations
 // (packages/idempotency/core/guard.ts, `settlementOf`). After every step the answer and the guard's decision are
@@ -145,18 +145,30 @@ function mismatch(expected: Expected, answer: Answer, decision: string | undefin
   return undefined;
 }
 
+/**
+ * How a continuation is sent: the answer, and whether its `requestState` is forged, or stolen (the
+ * other key's, as a client that changed its key between rounds, or a thief, would send it).
+ */
+interface ContinuationKind {
+  answer: AnswerKind;
+  forged: boolean;
+  stolen: boolean;
+}
+
 /** The model's rules for one round, and what the round does to the key. */
 function predict(
   key: KeyModel,
   args: number,
-  continuation: { answer: AnswerKind; forged: boolean } | undefined,
+  continuation: ContinuationKind | undefined,
 ): { expected: Expected; learn(answer: Answer): void } {
   const keep = () => {};
   if (key.state !== 'none' && key.args !== args)
     return { expected: { decision: 'conflict', conflict: true }, learn: keep };
   if (key.state === 'completed')
     return { expected: { decision: 'replayed', answer: key.stored }, learn: learnStored(key) };
-  if (continuation?.forged)
+  // Refused before the tool runs, the key as it was: a state the SDK cannot verify, one minted under
+  // the other key, and any continuation under a key whose opening round never asked.
+  if (continuation?.forged || continuation?.stolen || (key.state === 'none' && continuation))
     return { expected: { decision: 'continuationRefused', refused: true }, learn: keep };
   if (key.state === 'awaiting' && !continuation) {
     return { expected: { decision: 'replayed', answer: key.stored }, learn: learnStored(key) };
@@ -206,14 +218,20 @@ class Send implements Command {
   constructor(
     readonly key: number,
     readonly args: number,
-    readonly continuation: { answer: AnswerKind; forged: boolean } | undefined,
+    readonly continuation: ContinuationKind | undefined,
     /** The answer is lost on its way back: the test does not look at it. */
     readonly lost: boolean,
   ) {}
 
   check(model: Readonly<Model>): boolean {
-    // A real continuation echoes a requestState the client was given.
-    return !this.continuation || this.continuation.forged || model.keys[this.key]?.requestState !== undefined;
+    // A real continuation echoes a requestState the client was given, for this key or the other.
+    if (!this.continuation || this.continuation.forged) return true;
+    return model.keys[this.stateKey()]?.requestState !== undefined;
+  }
+
+  /** Whose requestState the continuation carries: its own key's, or the other's. */
+  private stateKey(): number {
+    return this.continuation?.stolen ? (this.key + 1) % KEY_NAMES.length : this.key;
   }
 
   async run(model: Model, real: Real): Promise<void> {
@@ -221,7 +239,7 @@ class Send implements Command {
     const before = { ...key };
     const { expected, learn } = predict(key, this.args, this.continuation);
     if (this.lost) delete expected.answer;
-    const state = this.continuation?.forged ? FORGED_STATE : key.requestState;
+    const state = this.continuation?.forged ? FORGED_STATE : model.keys[this.stateKey()]?.requestState;
     const params = paramsOf(
       this.key,
       this.args,
@@ -245,7 +263,7 @@ class Send implements Command {
 
   toString(): string {
     const what = this.continuation
-      ? `continue(${this.continuation.forged ? 'forged' : this.continuation.answer})`
+      ? `continue(${this.continuation.forged ? 'forged' : this.continuation.answer}${this.continuation.stolen ? ', stolen' : ''})`
       : 'open';
     return `${what} key${this.key} args${this.args}${this.lost ? ' (answer lost)' : ''}`;
   }
@@ -313,6 +331,7 @@ function programs(): fc.Arbitrary<Iterable<Command>> {
   const continuation = fc.record({
     answer: fc.constantFrom<AnswerKind>('yes', 'yes', 'no', 'unusable'),
     forged: sometimes,
+    stolen: sometimes,
   });
   return fc.commands(
     [

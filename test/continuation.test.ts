@@ -15,6 +15,7 @@ import {
   INVALID_PARAMS,
   idempotencyErrorOf,
   MemoryIdempotencyStore,
+  MISSING_CLIENT_CAPABILITY,
 } from 'mcp-request-idempotency';
 import { callTool, LEGACY_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -44,6 +45,8 @@ const REFUND = { name: 'refund_order', arguments: { orderId: 'A-1001', amount: 4
 const REFUND_LATENCY_MS = 300;
 
 const YES = { confirm: { action: 'accept', content: { confirm: true } } };
+/** How a continuation is refused before anything runs, by the SDK's verifier or by the guard. */
+const REFUSAL = { code: INVALID_PARAMS, data: { reason: 'invalid_request_state' } };
 const NO = { confirm: { action: 'accept', content: { confirm: false } } };
 
 function opening(idempotencyKey: string, args: Record<string, unknown> = REFUND.arguments) {
@@ -209,16 +212,12 @@ function describeContinuationRules(label: string, start: () => Promise<Target | 
       await scenario(
         async ({ opens, continues }) => {
           const state = requestStateOf(await round(opens, opening(key)));
-          const other = requestStateOf(
-            await round(opens, opening(randomUUID(), { orderId: 'B-2002', amount: 1 })),
-          );
-          for (const [inputResponses, requestState] of [
-            [{}, state],
-            [{ confirm: { action: 'accept', content: { confirm: 'yes' } } }, state],
-            [{ confirm: { method: 'elicitation/create', result: YES.confirm } }, state],
-            [YES, other],
+          for (const inputResponses of [
+            {},
+            { confirm: { action: 'accept', content: { confirm: 'yes' } } },
+            { confirm: { method: 'elicitation/create', result: YES.confirm } },
           ]) {
-            const asked = await round(continues, continuation(key, requestState, inputResponses));
+            const asked = await round(continues, continuation(key, state, inputResponses));
             expect(asked.result?.inputRequests).toMatchObject({
               confirm: { params: { message: 'That answer could not be used. Refund 4200 to order A-1001?' } },
             });
@@ -227,7 +226,66 @@ function describeContinuationRules(label: string, start: () => Promise<Target | 
           expect(refundedBy(await round(continues, continuation(key, state)))).toBe(4200);
           expect(await balanceOf(opens)).toBe(-4200);
         },
-        [...Array(6).fill('awaitingInput'), 'executed'],
+        [...Array(4).fill('awaitingInput'), 'executed'],
+      );
+    });
+
+    it("honours a confirmation only under its own key, once: another refund's state is refused before the tool runs", async () => {
+      const key = randomUUID();
+      await scenario(
+        async ({ opens, continues }) => {
+          const state = requestStateOf(await round(opens, opening(key)));
+          const other = requestStateOf(
+            await round(opens, opening(randomUUID(), { orderId: 'B-2002', amount: 1 })),
+          );
+          expect((await round(continues, continuation(key, other))).error).toMatchObject(REFUSAL);
+          expect(await balanceOf(opens)).toBe(0);
+          expect(refundedBy(await round(continues, continuation(key, state)))).toBe(4200);
+          expect(await balanceOf(opens)).toBe(-4200);
+        },
+        ['awaitingInput', 'awaitingInput', 'continuationRefused', 'executed'],
+      );
+    });
+
+    it('refunds once for one confirmation replayed under a fresh key, under a key awaiting its own, and with no key', async () => {
+      const key = randomUUID();
+      const awaitingItsOwn = randomUUID();
+      await scenario(
+        async ({ opens, continues }) => {
+          const state = requestStateOf(await round(opens, opening(key)));
+          const own = requestStateOf(await round(opens, opening(awaitingItsOwn)));
+          const elsewhere = async () => {
+            // A key that never asked: refused by the guard, nothing run, and no record left behind.
+            const fresh = randomUUID();
+            expect((await round(continues, continuation(fresh, state))).error).toMatchObject(REFUSAL);
+            expect((await round(opens, opening(fresh))).result).toMatchObject({
+              resultType: 'input_required',
+            });
+            // A key that asked its own question: the state is bound to the key that minted it.
+            expect((await round(continues, continuation(awaitingItsOwn, state))).error).toMatchObject(
+              REFUSAL,
+            );
+            // No key at all: the same binding refuses it (an unkeyed call has no decision to log).
+            const { idempotencyKey: _none, ...unkeyed } = continuation(key, state);
+            expect((await round(continues, unkeyed)).error).toMatchObject(REFUSAL);
+          };
+          await elsewhere();
+          expect(await balanceOf(opens)).toBe(0);
+          const refunded = await round(continues, continuation(key, state));
+          expect(refundedBy(refunded)).toBe(4200);
+          await elsewhere();
+          expect(await round(continues, continuation(key, state))).toStrictEqual(refunded);
+          // The other key still awaits its own answer to its own question.
+          expect(refundedBy(await round(continues, continuation(awaitingItsOwn, own, NO)))).toBe(0);
+          expect(await balanceOf(opens)).toBe(-4200);
+        },
+        [
+          ...['awaitingInput', 'awaitingInput'],
+          ...['continuationRefused', 'awaitingInput', 'continuationRefused'],
+          'executed',
+          ...['continuationRefused', 'awaitingInput', 'continuationRefused'],
+          ...['replayed', 'executed'],
+        ],
       );
     });
   });
@@ -352,6 +410,40 @@ describe('a refund through the SDK client, which answers input_required by itsel
     expect(asked).toBeGreaterThan(1);
     expect(balance).toBe(0);
   });
+});
+
+// --- A question the client cannot be asked: refused before the tool acts, and not the key's answer ---
+
+describe('a refund asked of a client that does not declare form elicitation', () => {
+  it('is refused (-32021) and records nothing: once the client declares it, the same key asks and refunds', async () => {
+    const instance = await startHttpInstance([]);
+    const [unable, able] = await Promise.all([
+      connectHttpClient(instance.url),
+      connectHttpClient(instance.url, { askUser }),
+    ]);
+    try {
+      const key = randomUUID();
+      for (let attempt = 0; attempt < 2; attempt += 1) {
+        expect((await round(unable, opening(key))).error).toMatchObject({
+          code: MISSING_CLIENT_CAPABILITY,
+          data: { requiredCapabilities: { elicitation: { form: {} } } },
+        });
+      }
+      const state = requestStateOf(await round(able, opening(key)));
+      expect(refundedBy(await round(able, continuation(key, state)))).toBe(4200);
+      expect(await balanceOf(able)).toBe(-4200);
+      const decided = (await instance.decisions()).filter((line) => line.idempotencyKey === key);
+      expect(decisionWords(decided)).toStrictEqual([
+        'capabilityMissing',
+        'capabilityMissing',
+        'awaitingInput',
+        'executed',
+      ]);
+    } finally {
+      await Promise.all([unable.close(), able.close()]);
+      await instance.stop();
+    }
+  }, 30_000);
 });
 
 // --- 2025-11-25: the SDK asks inside the one call, for as long as the user takes ---

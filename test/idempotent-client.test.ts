@@ -13,10 +13,16 @@ import { createMcpHandler } from '@modelcontextprotocol/server';
 import { IdempotencyErrorType, idempotencyErrorOf } from 'mcp-request-idempotency';
 import {
   type Attempt,
+  CAPABILITY_UNREAD_WARNING,
   callTool,
+  callToolIdempotently,
+  captureInitializeCapabilities,
   IdempotentClient,
   type IdempotentClientOptions,
+  LEGACY_PROTOCOL_VERSION,
   NO_CAPABILITY_WARNING,
+  NOT_RETRIED_WARNING,
+  OutcomeUnknownError,
 } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
 import {
@@ -245,7 +251,7 @@ describe.each(ERAS)('IdempotentClient on %s, against the demo server', (era: Era
     );
   });
 
-  test('retries stop at maxAttempts, and the last answer is thrown', async () => {
+  test('retries stop at maxAttempts: the key is handed back with the last answer, and a retry under it replays', async () => {
     const { shop, attempts, calls } = await connect({
       timeoutMs: 100,
       initialBackoffMs: 1,
@@ -255,10 +261,23 @@ describe.each(ERAS)('IdempotentClient on %s, against the demo server', (era: Era
     const error = await errorFrom(shop.callTool('charge_guarded', { amount: 100 }));
     expect(attempts.map((a) => a.outcome)).toStrictEqual(['timedOut', 'inProgress', 'inProgress']);
     expect(calls).toHaveLength(3);
-    expect(new Set(keysOf(calls)).size).toBe(1);
-    expect(idempotencyErrorOf(error)?.type).toBe(IdempotencyErrorType.inProgress);
-    // The charge the first attempt started still completes, once.
+    const [key] = keysOf(calls);
+    expect(new Set(keysOf(calls))).toStrictEqual(new Set([key]));
+    expect(error).toBeInstanceOf(OutcomeUnknownError);
+    const unsettled = error as OutcomeUnknownError;
+    expect(unsettled).toMatchObject({ idempotencyKey: key, tool: 'charge_guarded', attempts: 3 });
+    expect(unsettled.lastOutcome).toBe('inProgress');
+    expect(idempotencyErrorOf(unsettled.cause)?.type).toBe(IdempotencyErrorType.inProgress);
+    // The charge the first attempt started still completes, once; the application's retry under
+    // the key it was handed is answered from its record.
     await new Promise((resolve) => setTimeout(resolve, CHARGE_LATENCY_MS));
+    const later = await shop.callTool(
+      'charge_guarded',
+      { amount: 100 },
+      { idempotencyKey: unsettled.idempotencyKey },
+    );
+    expect(later.structuredContent).toStrictEqual({ charged: 100, balance: 100 });
+    expect((await decisionsFor(key)).filter((d) => d === 'executed')).toHaveLength(1);
     expect(await balanceOf(plain)).toBe(100);
   });
 
@@ -301,6 +320,83 @@ describe.each(ERAS)('IdempotentClient on %s, against the demo server', (era: Era
 });
 
 // --- A server without the capability: the demo's tools on a bare McpServer, no guard ---
+
+describe.each(ERAS)('callToolIdempotently on %s, against a server without the capability', (era: Era) => {
+  /** The numbers: a 300 ms tool, a 100 ms timeout, eight attempts. */
+  const POLICY = { timeoutMs: 100, maxAttempts: 8, initialBackoffMs: 10, maxBackoffMs: 20 };
+  const TOOL_MS = 300;
+
+  test('sends the call once and does not retry it: one operation, one charge', async () => {
+    const ledger = new MemoryLedger(TOOL_MS);
+    const handler = createMcpHandler(() => bareDemoServer(ledger));
+    const bare = wire((url, init) => handler.fetch(new Request(url, init)));
+    const client = newClient(era);
+    await client.connect(
+      new StreamableHTTPClientTransport(new URL('http://in-process/mcp'), { fetch: bare.fetch }),
+    );
+    try {
+      const warnings: string[] = [];
+      const attempts: Attempt[] = [];
+      const error = await errorFrom(
+        callToolIdempotently(
+          client,
+          { name: 'charge_guarded', arguments: { amount: 100 } },
+          { policy: POLICY, onAttempt: (a) => attempts.push(a), onWarning: (w) => warnings.push(w) },
+        ),
+      );
+      // The one attempt timed out; with nothing to promise a retry would not charge again, none is made.
+      expect(error instanceof SdkError && error.code === SdkErrorCode.RequestTimeout).toBe(true);
+      expect(bare.calls).toHaveLength(1);
+      expect(attempts).toStrictEqual([]);
+      await new Promise((resolve) => setTimeout(resolve, 2 * TOOL_MS));
+      expect(await ledger.balance()).toBe(100);
+      // 2026-07-28: server/discover says it does not deduplicate; 2025-11-25: it cannot be asked.
+      expect(warnings).toStrictEqual([
+        era === LEGACY_PROTOCOL_VERSION ? CAPABILITY_UNREAD_WARNING : NOT_RETRIED_WARNING,
+      ]);
+      // Told the capability as the server sent it, the answer is the same on either era.
+      const told = await errorFrom(
+        callToolIdempotently(
+          client,
+          { name: 'charge_guarded', arguments: { amount: 100 } },
+          { policy: POLICY, serverCapabilities: { tools: {} }, onWarning: (w) => warnings.push(w) },
+        ),
+      );
+      expect(told instanceof SdkError && told.code === SdkErrorCode.RequestTimeout).toBe(true);
+      expect(bare.calls).toHaveLength(2);
+      await new Promise((resolve) => setTimeout(resolve, 2 * TOOL_MS));
+      expect(await ledger.balance()).toBe(200);
+    } finally {
+      await client.close();
+      await handler.close();
+    }
+  });
+});
+
+describe.each(ERAS)('callToolIdempotently on %s, against the demo server', (era: Era) => {
+  test('retries a lost answer under one key once it knows the server deduplicates: one charge', async () => {
+    const transport = new StreamableHTTPClientTransport(instance.url);
+    const client = newClient(era);
+    // 2025-11-25: the capability as the initialize result carried it, which the SDK drops.
+    const initialize = captureInitializeCapabilities(transport);
+    await client.connect(transport);
+    try {
+      await resetLedger(client);
+      const serverCapabilities = era === LEGACY_PROTOCOL_VERSION ? await initialize : undefined;
+      const { result, attempts } = await callToolIdempotently(
+        client,
+        { name: 'charge_guarded', arguments: { amount: 100 } },
+        { policy: IMPATIENT, serverCapabilities, onWarning: (w) => expect.fail(w) },
+      );
+      expect(attempts[0]?.outcome).toBe('timedOut');
+      expect(attempts.at(-1)?.outcome).toBe('answered');
+      expect(result.structuredContent).toStrictEqual({ charged: 100, balance: 100 });
+      expect(await balanceOf(client)).toBe(100);
+    } finally {
+      await client.close();
+    }
+  });
+});
 
 describe.each(ERAS)('IdempotentClient on %s, against a server without the capability', (era: Era) => {
   test('sends no key, does not retry a lost answer, and warns once', async () => {

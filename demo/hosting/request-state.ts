@@ -5,15 +5,17 @@
 // continuation may reach needs the same key, which a deployment gives them all.
 
 import { createRequestStateCodec, type RequestStateCodec } from '@modelcontextprotocol/server';
-import { principalOf } from 'mcp-request-idempotency';
+import { continuationBinding, principalOf } from 'mcp-request-idempotency';
 
 /** How long a question may wait for its answer; the guard keeps an awaiting key as long. */
 export const REQUEST_STATE_TTL_SECONDS = 600;
 
 /**
- * The codec sealing `requestState` (HMAC, the v2 SDK's), bound to the method and the caller: a
- * state minted for alice's call is refused on bob's. `key` must be at least 32 bytes, the same on
- * every instance a continuation may reach.
+ * The codec sealing `requestState` (HMAC, the v2 SDK's), bound to the method, the caller and the
+ * idempotency key of the opening round that minted it (`continuationBinding`): a state minted for
+ * alice's call is refused on bob's, and one minted under key K is refused under any other key and
+ * with none, so one confirmation is one refund. `key` must be at least 32 bytes, the same on every
+ * instance a continuation may reach.
  */
 export function requestStateCodec<State>(
   key: string | Uint8Array,
@@ -24,7 +26,8 @@ export function requestStateCodec<State>(
     ttlSeconds,
     bind: (ctx) => {
       const authInfo = ctx.http?.authInfo;
-      return `${ctx.mcpReq.method}\0${authInfo ? (principalOf(authInfo) ?? '') : ''}`;
+      const principal = authInfo ? (principalOf(authInfo) ?? '') : '';
+      return `${ctx.mcpReq.method}\0${principal}\0${continuationBinding()}`;
     },
   });
 }

@@ -324,6 +324,9 @@ export function describeSepCases(name: string, connect: Connect, options: SepCas
               maxBackoffMs: 150,
               maxAttempts: 40,
             },
+            // As the server sent them (the helper retries only a server that deduplicates, and
+            // cannot ask one on 2025-11-25): the raw peer read them from the same server.
+            serverCapabilities: slow.peer.capabilities,
           },
         );
         const outcomes = attempts.map((a) => a.outcome);
@@ -335,10 +338,11 @@ export function describeSepCases(name: string, connect: Connect, options: SepCas
       });
 
       it('returns a tool error as the answer, without retrying it', async () => {
-        const { attempts, result } = await callToolIdempotently(fast.client, {
-          name: 'charge_guarded',
-          arguments: { amount: -1 },
-        });
+        const { attempts, result } = await callToolIdempotently(
+          fast.client,
+          { name: 'charge_guarded', arguments: { amount: -1 } },
+          { serverCapabilities: fast.peer.capabilities },
+        );
         expect(attempts.map((a) => a.outcome)).toStrictEqual(['answered']);
         expect(result.isError).toBe(true);
         expect(await balanceOf(fast.client)).toBe(0);

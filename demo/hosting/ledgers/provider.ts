@@ -10,10 +10,16 @@
 // the provider stores under the key like a success), and a 500 or an unreadable 200 (the
 // provider answered, badly; trying again at once would not make it answer better).
 //
+// A 409 spends no attempt: the key is held by a request still being processed (this ledger's own
+// earlier attempt, abandoned at its timeout, or an earlier execution's), and an answer comes once it
+// ends. So 409s are retried for as long as the provider may hold a key in progress
+// (`inProgressWindowMs`), counted from the first of them, however many attempts that takes.
+//
 // When the attempts run out on failures that leave open whether the provider committed, the
-// tool's outcome is unknown: the guard is told (`markOutcomeUnknown`) and records nothing, so the
-// client's retry executes again with the same key. A hand-written loop, not a retry library:
-// the loop is twenty lines, and which answers may be retried under the same key is the lesson.
+// tool's outcome is unknown: the guard is told (`markOutcomeUnknown`), records nothing, and marks
+// the answer so a client reads it (`outcomeUnknownOf`), so the client's retry executes again with
+// the same key. A hand-written loop, not a retry library: the loop is twenty lines, and which
+// answers may be retried under the same key is the lesson.
 
 import { setTimeout as sleep } from 'node:timers/promises';
 import { currentExecution, DEFAULT_PROVIDER_KEY_RETENTION_MS } from 'mcp-request-idempotency';
@@ -35,6 +41,12 @@ export interface ProviderLedgerOptions {
   maxDelayMs?: number;
   /** How long one attempt may take: a payment API answers in well under a second, or is in trouble. */
   timeoutMs?: number;
+  /**
+   * How long the provider may hold a key in progress, processing one request under it: while it
+   * answers 409 for the key, the ledger retries for this long after the first 409 (see
+   * `defaultInProgressWindowMs`).
+   */
+  inProgressWindowMs?: number;
   /** Send no `Idempotency-Key` at all: the demo's provider that takes no keys, for contrast. */
   sendKeys?: boolean;
   /** Told of every attempt that failed and will be retried, for the operator's log. */
@@ -56,6 +68,22 @@ export const DEFAULT_PROVIDER_ATTEMPTS = 4;
 export const DEFAULT_PROVIDER_BASE_DELAY_MS = 100;
 export const DEFAULT_PROVIDER_MAX_DELAY_MS = 2_000;
 export const DEFAULT_PROVIDER_TIMEOUT_MS = 10_000;
+
+/**
+ * How long a provider is taken to hold a key in progress, when not told: as long as the ledger waits
+ * for one answer (`timeoutMs`), and never less than the default timeout, 10 s, so that a short
+ * timeout, set to notice a dead provider quickly, does not cut short the wait for a slow one. A
+ * provider is the one to say how long it processes a request (Stripe does not publish it; this
+ * project's takes its `--latency-ms`, and well under a second by default): tell the ledger yours.
+ *
+ * Why not longer by default: past the window the tool's outcome is unknown, the answer says so, and
+ * the client retries under the same key (docs/other-hop.md), which the provider then replays or
+ * executes once. Waiting longer buys a quicker answer, not a safer one, and past the client's own
+ * patience (30 s per attempt in `IdempotentClient`) it answers a client that has given up.
+ */
+export function defaultInProgressWindowMs(timeoutMs: number): number {
+  return Math.max(timeoutMs, DEFAULT_PROVIDER_TIMEOUT_MS);
+}
 
 /** A provider's answer that settles the operation: it did not commit, and retrying will not help. */
 export class ProviderRefusal extends Error {
@@ -88,6 +116,7 @@ export class ProviderLedger implements Ledger {
   private readonly baseDelayMs: number;
   private readonly maxDelayMs: number;
   private readonly timeoutMs: number;
+  private readonly inProgressWindowMs: number;
   private readonly sendKeys: boolean;
   private readonly onRetry: (event: ProviderRetry) => void;
   readonly providerKeyRetentionMs: number | undefined;
@@ -101,6 +130,7 @@ export class ProviderLedger implements Ledger {
     this.baseDelayMs = options.baseDelayMs ?? DEFAULT_PROVIDER_BASE_DELAY_MS;
     this.maxDelayMs = options.maxDelayMs ?? DEFAULT_PROVIDER_MAX_DELAY_MS;
     this.timeoutMs = options.timeoutMs ?? DEFAULT_PROVIDER_TIMEOUT_MS;
+    this.inProgressWindowMs = options.inProgressWindowMs ?? defaultInProgressWindowMs(this.timeoutMs);
     this.sendKeys = options.sendKeys ?? true;
     this.onRetry = options.onRetry ?? (() => {});
     this.providerKeyRetentionMs = this.sendKeys
@@ -136,7 +166,10 @@ export class ProviderLedger implements Ledger {
     return new URL(`.${path}`, base);
   }
 
-  /** One operation: the same body and the same key on every attempt. */
+  /**
+   * One operation: the same body and the same key on every attempt. Each failure spends one of
+   * `attempts`, but a 409: the key is in use until `inProgressWindowMs` after the first 409.
+   */
   private async post(
     path: string,
     body: object,
@@ -147,8 +180,11 @@ export class ProviderLedger implements Ledger {
     if (key !== undefined) headers['idempotency-key'] = key;
     const payload = JSON.stringify(body);
     let last = '';
-    for (let attempt = 1; attempt <= this.attempts; attempt += 1) {
+    let failures = 0;
+    let inUseUntil: number | undefined;
+    for (let attempt = 1; ; attempt += 1) {
       let retryAfterMs: number | undefined;
+      let inUse = false;
       try {
         const answer = await fetch(this.endpoint(path), {
           method: 'POST',
@@ -166,6 +202,7 @@ export class ProviderLedger implements Ledger {
           throw new ProviderRefusal(answer.status, error.type, error.message);
         }
         last = `${answer.status} ${error.type}`;
+        inUse = answer.status === IN_USE_STATUS;
         retryAfterMs = retryAfterOf(answer.headers.get('retry-after'));
       } catch (error) {
         if (
@@ -177,13 +214,14 @@ export class ProviderLedger implements Ledger {
         // A reset, a refused connection, a timeout: the request may or may not have arrived.
         last = describeFailure(error);
       }
-      if (attempt < this.attempts) {
-        const delayMs = Math.round(this.backoff(attempt, retryAfterMs));
-        this.onRetry({ path, attempt, failure: last, idempotencyKey: key, delayMs });
-        await sleep(delayMs);
-      }
+      if (inUse) inUseUntil ??= performance.now() + this.inProgressWindowMs;
+      else failures += 1;
+      const again = inUse ? performance.now() < (inUseUntil ?? 0) : failures < this.attempts;
+      if (!again) throw unknownOutcome(new ProviderUnavailable(attempt, last));
+      const delayMs = Math.round(this.backoff(attempt, retryAfterMs));
+      this.onRetry({ path, attempt, failure: last, idempotencyKey: key, delayMs });
+      await sleep(delayMs);
     }
-    throw unknownOutcome(new ProviderUnavailable(this.attempts, last));
   }
 
   /** Full jitter (a random wait up to the doubled ceiling), so retrying instances don't stampede. */
@@ -195,6 +233,9 @@ export class ProviderLedger implements Ledger {
 
 /** Answers that leave the operation to be retried with the same key (the IETF draft: 409 is one). */
 const RETRIED_STATUSES = new Set([409, 502, 503, 504]);
+
+/** The key is still being processed (docs/provider-wire.md: `idempotency_key_in_use`). */
+const IN_USE_STATUS = 409;
 
 /** A declined charge on the wire (docs/provider-wire.md): Stripe's status and type for a card decline. */
 const DECLINED_STATUS = 402;

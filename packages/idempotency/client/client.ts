@@ -3,6 +3,12 @@
 // Sending the key, retrying with it, and discovering the capability, with the SDK's client
 // as it is: its `callTool` has no place for the key, and it drops `tools.idempotency` from
 // the capabilities it parses. `IdempotentClient` puts the three together behind one `callTool`.
+//
+// Retrying is safe only where the server deduplicates, so both retrying entry points read the
+// capability first, and neither retries where it is not advertised (or cannot be read). Both retry
+// an answer that says its outcome is unknown (`outcomeUnknownOf`) under the same key, and when the
+// policy gives up without a settled answer they reject with `OutcomeUnknownError`, which carries
+// the key: the application's own retry, later, under that key, is the same operation.
 
 import { randomUUID } from 'node:crypto';
 import {
@@ -18,7 +24,7 @@ import {
 } from '@modelcontextprotocol/client';
 import { z } from 'zod';
 import { advertisesIdempotency, field } from '../core/capability.js';
-import { IdempotencyErrorType, idempotencyErrorOf } from '../core/errors.js';
+import { IdempotencyErrorType, idempotencyErrorOf, outcomeUnknownOf } from '../core/errors.js';
 
 export { advertisesIdempotency } from '../core/capability.js';
 
@@ -75,6 +81,8 @@ export const DEFAULT_RETRY_POLICY: RetryPolicy = {
 
 export type AttemptOutcome =
   | 'answered'
+  /** The server answered that it cannot tell whether the call took effect, and recorded nothing. */
+  | 'outcomeUnknown'
   | 'timedOut'
   | 'connectionLost'
   | 'gatewayError'
@@ -95,14 +103,35 @@ export interface IdempotentCallOptions {
   policy?: Partial<RetryPolicy>;
   /** Observe each attempt: to log or narrate it. */
   onAttempt?: (attempt: Attempt) => void;
+  /**
+   * The server's capabilities as it sent them (`discoverCapabilities`, `captureInitializeCapabilities`),
+   * for every client given. Without them, a 2026-07-28 connection is asked (`server/discover`, once
+   * per client); a 2025-11-25 one cannot be (the SDK keeps no `tools.idempotency` of its initialize
+   * result), so its call is sent once and not retried.
+   */
+  serverCapabilities?: unknown;
+  /** Told once per client when its calls are not retried, and why (default `console.warn`). */
+  onWarning?: (message: string) => void;
 }
+
+export const NOT_RETRIED_WARNING =
+  'The server does not advertise capabilities.tools.idempotency: callToolIdempotently sends each call once, and does not retry it';
+
+export const CAPABILITY_UNREAD_WARNING =
+  'callToolIdempotently cannot read capabilities.tools.idempotency on a 2025-11-25 connection (the SDK drops it from the initialize result; pass serverCapabilities as captureInitializeCapabilities read them): it sends each call once, and does not retry it';
 
 /**
  * One logical operation, one key: the key is generated here, once, and sent unchanged on
  * every retry. A new key on retry is exactly the double charge this mechanism prevents.
  * Given several clients (instances behind a load balancer, in miniature), attempt n goes to
  * client n mod count, so a retry lands on another instance, as it would in production.
- * Which failures are retried: `untilAnswered`.
+ * Which failures are retried: `untilAnswered`; when they run out, it rejects with
+ * `OutcomeUnknownError`, which carries the key.
+ *
+ * Only against a server that deduplicates: it reads the capability first (see
+ * `IdempotentCallOptions.serverCapabilities`). Where it is not advertised, or cannot be read, the
+ * call is sent once, with its key (the SEP lets a client send one anyway), and not retried: a
+ * retry there could execute again. Its failure is then the call's.
  */
 export async function callToolIdempotently(
   clients: Client | readonly Client[],
@@ -111,42 +140,124 @@ export async function callToolIdempotently(
 ): Promise<{ result: CallToolResult; idempotencyKey: string; attempts: Attempt[] }> {
   const policy = { ...DEFAULT_RETRY_POLICY, ...options.policy };
   const pool = Array.isArray(clients) ? clients : [clients];
+  if (pool.length === 0) throw new Error('callToolIdempotently needs at least one client');
   const idempotencyKey = randomUUID();
   const attempts: Attempt[] = [];
   const started = performance.now();
+  const note = (outcome: AttemptOutcome) => {
+    const attempt: Attempt = {
+      attempt: attempts.length + 1,
+      client: attempts.length % pool.length,
+      outcome,
+      idempotencyKey,
+      elapsedMs: performance.now() - started,
+    };
+    attempts.push(attempt);
+    options.onAttempt?.(attempt);
+  };
+  const keyed = { ...call, idempotencyKey };
+  const clientOf = (attempt: number): Client => pool[(attempt - 1) % pool.length] as Client;
+  const warning = await notRetriedBecause(pool, options.serverCapabilities);
+  if (warning !== undefined) {
+    warnOnce(pool[0] as Client, warning, options.onWarning ?? console.warn);
+    const result = await callTool(clientOf(1), keyed, { timeout: policy.timeoutMs });
+    note('answered');
+    return { result, idempotencyKey, attempts };
+  }
   const result = await untilAnswered(
     policy,
-    (attempt) => {
-      const client = pool[(attempt - 1) % pool.length];
-      if (!client) throw new Error('callToolIdempotently needs at least one client');
-      return callTool(client, { ...call, idempotencyKey }, { timeout: policy.timeoutMs });
-    },
-    (outcome) => {
-      const attempt: Attempt = {
-        attempt: attempts.length + 1,
-        client: attempts.length % pool.length,
-        outcome,
-        idempotencyKey,
-        elapsedMs: performance.now() - started,
-      };
-      attempts.push(attempt);
-      options.onAttempt?.(attempt);
-    },
+    keyed,
+    (attempt) => callTool(clientOf(attempt), keyed, { timeout: policy.timeoutMs }),
+    note,
   );
   return { result, idempotencyKey, attempts };
+}
+
+/** Why the clients' calls may not be retried, if they may not: the capability is missing or unread. */
+async function notRetriedBecause(
+  pool: readonly Client[],
+  capabilities: unknown,
+): Promise<string | undefined> {
+  if (capabilities !== undefined)
+    return advertisesIdempotency(capabilities) ? undefined : NOT_RETRIED_WARNING;
+  for (const client of pool) {
+    const advertised = await advertisedBy(client);
+    if (advertised === undefined) return CAPABILITY_UNREAD_WARNING;
+    if (!advertised) return NOT_RETRIED_WARNING;
+  }
+  return undefined;
+}
+
+/** What each client's server said of the capability, asked once (a failed ask is asked again next time). */
+const advertisedByClient = new WeakMap<Client, Promise<boolean>>();
+
+/** Whether `client`'s server advertises the capability; undefined where it cannot be asked (2025-11-25). */
+function advertisedBy(client: Client): Promise<boolean> | undefined {
+  if (client.getProtocolEra() !== 'modern') return undefined;
+  let advertised = advertisedByClient.get(client);
+  if (advertised === undefined) {
+    advertised = discoverCapabilities(client).then(advertisesIdempotency);
+    advertised.catch(() => advertisedByClient.delete(client));
+    advertisedByClient.set(client, advertised);
+  }
+  return advertised;
+}
+
+const warnedClients = new WeakSet<Client>();
+
+function warnOnce(client: Client, message: string, warn: (message: string) => void): void {
+  if (warnedClients.has(client)) return;
+  warnedClients.add(client);
+  warn(message);
+}
+
+/**
+ * A keyed call the client gave up on before it had a settled answer: the retries ran out (or the
+ * connection closed for good) on timeouts, lost connections, gateway errors, answers that said
+ * "in progress" or "nothing ran, retry later", or answers that said the outcome is unknown.
+ * Whether the operation took effect is unknown. `idempotencyKey` is its key: send the same call
+ * again under it, now or later (`IdempotentClient.callTool(name, args, { idempotencyKey })`), and
+ * it takes effect at most once. Under a new key it is a second operation.
+ */
+export class OutcomeUnknownError extends Error {
+  override readonly name = 'OutcomeUnknownError';
+
+  constructor(
+    /** The key every attempt carried: the one to retry the operation under. */
+    readonly idempotencyKey: string,
+    /** The tool called. */
+    readonly tool: string,
+    /** How many attempts were made. */
+    readonly attempts: number,
+    /** What the last attempt got. */
+    readonly lastOutcome: AttemptOutcome,
+    /** The last answer, when it was a tool result that said its outcome is unknown. */
+    readonly result: CallToolResult | undefined,
+    /** The last attempt's error, when it failed. */
+    cause: unknown,
+  ) {
+    super(
+      `${tool}: no settled answer after ${attempts} attempt(s) (last: ${lastOutcome}), so whether it took effect is unknown. ` +
+        `Send it again under the same idempotencyKey, ${idempotencyKey}: it takes effect at most once (under a new key it would be a second operation)`,
+      { cause },
+    );
+  }
 }
 
 /**
  * Sends one keyed operation until it is answered or the policy gives up, and reports each
  * attempt's outcome. Retried: a timeout, a lost connection or a gateway's 502/503/504 (the answer
- * may be lost, not the work), and the answers that say "nothing happened yet, try again later
- * with the same key".
- * Anything else (a conflict, an invalid key, any tool result, `isError` or not) is the answer.
+ * may be lost, not the work), the answers that say "nothing happened yet, try again later
+ * with the same key", and the answers that say "whether it happened is unknown, retry with the
+ * same key" (`outcomeUnknownOf`: a tool result marked so, or its error form).
+ * Anything else (a conflict, an invalid key, any other tool result, `isError` or not) is the answer.
+ * Given up on, it rejects with `OutcomeUnknownError`, the key in it.
  * `connected` says whether a retry has a way to the server at all: a closed stdio connection
  * stays closed.
  */
 async function untilAnswered(
   policy: RetryPolicy,
+  call: KeyedToolCall,
   send: (attempt: number) => Promise<CallToolResult>,
   note: (outcome: AttemptOutcome) => void,
   connected: () => boolean = () => true,
@@ -154,25 +265,35 @@ async function untilAnswered(
 ): Promise<CallToolResult> {
   for (let attempt = 1; ; attempt++) {
     signal?.throwIfAborted();
+    let outcome: AttemptOutcome;
+    let unknown: CallToolResult | undefined;
+    let failure: unknown;
     try {
       const result = await send(attempt);
-      note('answered');
-      return result;
+      if (outcomeUnknownOf(result) === undefined) {
+        note('answered');
+        return result;
+      }
+      outcome = 'outcomeUnknown';
+      unknown = result;
     } catch (error) {
       // The SDK rejects an aborted request as a timeout: the caller's abort is not one to retry.
       signal?.throwIfAborted();
-      const outcome = retryableOutcome(error);
-      if (outcome === undefined) throw error;
-      note(outcome);
-      if (attempt >= policy.maxAttempts) throw error;
-      if (outcome === 'connectionLost' && !connected()) throw error;
+      const retryable = retryableOutcome(error);
+      if (retryable === undefined) throw error;
+      outcome = retryable;
+      failure = error;
     }
+    note(outcome);
+    if (attempt >= policy.maxAttempts || (outcome === 'connectionLost' && !connected()))
+      throw new OutcomeUnknownError(call.idempotencyKey, call.name, attempt, outcome, unknown, failure);
     await sleep(backoff(attempt, policy), signal);
   }
 }
 
 function retryableOutcome(error: unknown): AttemptOutcome | undefined {
   const sep = idempotencyErrorOf(error);
+  if (sep?.type === IdempotencyErrorType.outcomeUnknown) return 'outcomeUnknown';
   if (sep?.type === IdempotencyErrorType.inProgress) return 'inProgress';
   if (sep?.type === IdempotencyErrorType.storeUnavailable) return 'storeUnavailable';
   if (sep?.type === IdempotencyErrorType.storeFull) return 'storeFull';
@@ -296,9 +417,12 @@ export class IdempotentClient {
   /**
    * Calls `name`: keyed and retried if it has side effects and the server deduplicates, else
    * once. Every attempt, keyed or not, gives up after `timeoutMs`. Resolves with the tool's
-   * result (`isError` included); rejects with the last error when the retries run out, or at
-   * once with an error no retry can fix (a conflict, an invalid key, anything unexpected), or
-   * with the reason `options.signal` was aborted for.
+   * result (`isError` included), but for a result that says its outcome is unknown, which is
+   * retried under the same key. Rejects with `OutcomeUnknownError` when the retries run out
+   * without a settled answer: whether the call took effect is unknown, and the error carries its
+   * key, to send the call again under (`options.idempotencyKey`), now or later, as the same
+   * operation. Rejects at once with an error no retry can fix (a conflict, an invalid key,
+   * anything unexpected), or with the reason `options.signal` was aborted for.
    */
   async callTool(
     name: string,
@@ -311,9 +435,11 @@ export class IdempotentClient {
     const idempotencyKey = options.idempotencyKey ?? randomUUID();
     const started = performance.now();
     let attempt = 0;
+    const keyed = { ...call, idempotencyKey };
     return untilAnswered(
       this.policy,
-      () => this.attempt({ ...call, idempotencyKey }, once),
+      keyed,
+      () => this.attempt(keyed, once),
       (outcome) => {
         attempt += 1;
         const elapsedMs = performance.now() - started;

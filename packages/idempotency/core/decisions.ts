@@ -9,8 +9,13 @@ export type Decision =
   | 'executed'
   /** A round ran and answered `input_required`: the key awaits its continuation. */
   | 'awaitingInput'
-  /** A continuation was refused before anything ran: the key is as it was. */
+  /**
+   * A continuation was refused before anything ran (its `requestState` refused, or no opening
+   * round under its key awaits input): the key is as it was.
+   */
   | 'continuationRefused'
+  /** The client lacks a capability the call needs (-32021): nothing acted, the key is as it was. */
+  | 'capabilityMissing'
   | 'replayed'
   | 'conflict'
   | 'inProgress'
@@ -20,7 +25,10 @@ export type Decision =
   | 'storeFull'
   | 'quotaExceeded'
   | 'storeUnavailable'
-  /** Executed and answered, but not recorded (store failure, or the lease ran out): a retry may execute again. */
+  /**
+   * Executed and answered, but not recorded (its outcome unknown, a store failure, or the lease ran
+   * out): a retry may execute again.
+   */
   | 'unrecorded';
 
 export interface DecisionEvent {

@@ -25,6 +25,13 @@ export const IdempotencyErrorType = {
   storeUnavailable: 'idempotency_store_unavailable',
   /** The server cannot tell whose authorization boundary the call is in; nothing executed. */
   scopeUnknown: 'idempotency_scope_unknown',
+  /**
+   * This project's, not the SEP's: the tool could not tell whether its side effect happened (its
+   * provider call gave up unanswered), and nothing was recorded. Retry with the same key: the retry
+   * executes again, with the same provider key, and the provider replays or executes, once. Carried
+   * in a tool result's `_meta` (`OUTCOME_META_KEY`), or in a JSON-RPC error's `data`.
+   */
+  outcomeUnknown: 'idempotency_outcome_unknown',
 } as const;
 
 export type IdempotencyErrorType = (typeof IdempotencyErrorType)[keyof typeof IdempotencyErrorType];
@@ -43,6 +50,7 @@ const CODE_OF: Record<IdempotencyErrorType, number> = {
   idempotency_quota_exceeded: INTERNAL_ERROR,
   idempotency_store_unavailable: INTERNAL_ERROR,
   idempotency_scope_unknown: INTERNAL_ERROR,
+  idempotency_outcome_unknown: INTERNAL_ERROR,
 };
 
 // User-facing messages live here, so the wording is reviewed in one place.
@@ -65,6 +73,12 @@ export const Messages = {
     'the request was cancelled while the tool ran, and the tool answered an error: the cancellation, as likely as not, so whether its side effect happened is unknown',
   outcomeUnknown: (reason: string | undefined) =>
     `the tool could not tell whether its side effect happened (${reason}); nothing was recorded, so a retry with the same key executes again, with the same provider key`,
+  outcomeUnknownAnswer:
+    'Whether this call took effect is unknown, and nothing was recorded; retry it with the same idempotencyKey, and it takes effect at most once',
+  continuationUnopened:
+    'This continuation answers no opening round under its idempotencyKey: a requestState is honoured only under the key whose opening round it answers. Nothing was executed; send the opening round under this key',
+  capabilityMissing:
+    'the client lacks a capability the call needs; nothing acted and nothing was recorded, so the same key executes once the client declares it',
   inProgress: 'A request with this idempotencyKey is still in progress; retry later with the same key',
   conflict:
     'This idempotencyKey was already used with a different tool or different arguments; use a new key for a new operation',
@@ -158,4 +172,65 @@ export function isRefusedContinuation(error: { code: number; data?: unknown }): 
     data !== null &&
     Reflect.get(data, 'reason') === INVALID_REQUEST_STATE_REASON
   );
+}
+
+/**
+ * The guard's refusal of a continuation under a key that has no opening round awaiting input (a
+ * `requestState` carried to a fresh key): answered as the SDK answers a `requestState` it refuses,
+ * so a client treats both alike, and settling nothing.
+ */
+export function refusedContinuation(message: string, idempotencyKey: string): JsonRpcError {
+  return new JsonRpcError(INVALID_PARAMS, message, { reason: INVALID_REQUEST_STATE_REASON, idempotencyKey });
+}
+
+// --- A request that asked for what the client cannot give ---
+//
+// A round that answers `input_required` asks before it acts. On 2026-07-28 the SDK checks that the
+// client declared the capabilities its questions need (form elicitation, say), and where it did
+// not, answers -32021 instead of the question: the tool asked and did nothing. Like the question it
+// replaces, that answer is not the key's final one: once the client declares the capability, the
+// same key must run.
+
+/** The v2 SDK's MissingRequiredClientCapability: the client did not declare what the call needs. */
+export const MISSING_CLIENT_CAPABILITY = -32021;
+
+/** Whether a JSON-RPC error says the client lacks a capability the call needs (nothing acted). */
+export function isMissingClientCapability(error: { code: number }): boolean {
+  return error.code === MISSING_CLIENT_CAPABILITY;
+}
+
+// --- An answer whose outcome is unknown, in a form a client can read ---
+//
+// A keyed call whose tool could not tell whether its side effect happened (a provider call that
+// gave up unanswered: `ToolExecution.markOutcomeUnknown`) is recorded nowhere, so the retry with
+// the same key executes again with the same provider key. Prose alone ("retry with the same key")
+// reads like any final error to a program, whose retry with a new key is a second operation. So
+// the guard marks the answer: a tool result keeps its content and `isError`, and carries
+// `_meta[OUTCOME_META_KEY]`; a JSON-RPC error becomes `idempotency_outcome_unknown`. Both carry
+// `{ type: 'idempotency_outcome_unknown', idempotencyKey }`.
+
+/** Where a tool result carries the outcome marker: `_meta["mcp-request-idempotency/outcome"]`. */
+export const OUTCOME_META_KEY = 'mcp-request-idempotency/outcome';
+
+/** The marker of an unknown outcome, in a result's `_meta` and in an error's `data` alike. */
+export function outcomeUnknownData(idempotencyKey: string): IdempotencyErrorData {
+  return { type: IdempotencyErrorType.outcomeUnknown, idempotencyKey };
+}
+
+/**
+ * Whether `answer` (a `tools/call` result, or what the client threw) says its outcome is unknown
+ * and the same key must be retried; the key it names, if it names one. Undefined for any other
+ * answer, a final one.
+ */
+export function outcomeUnknownOf(answer: unknown): { idempotencyKey?: string } | undefined {
+  const meta: unknown =
+    typeof answer === 'object' && answer !== null ? Reflect.get(answer, '_meta') : undefined;
+  const marker: unknown =
+    typeof meta === 'object' && meta !== null ? Reflect.get(meta, OUTCOME_META_KEY) : undefined;
+  const data =
+    typeof marker === 'object' && marker !== null
+      ? { type: Reflect.get(marker, 'type'), idempotencyKey: Reflect.get(marker, 'idempotencyKey') }
+      : idempotencyErrorOf(answer);
+  if (data?.type !== IdempotencyErrorType.outcomeUnknown) return undefined;
+  return typeof data.idempotencyKey === 'string' ? { idempotencyKey: data.idempotencyKey } : {};
 }

@@ -130,6 +130,22 @@ export function currentExecution(): ToolExecution | undefined {
 }
 
 /**
+ * What a multi-round-trip tool's sealed `requestState` should be bound to (a request-state codec's
+ * `bind`, at mint and at verify): the running call's record, its caller's scope and its
+ * idempotency key, or that it carries no key. A state minted by the opening round under one key is
+ * then refused under any other key and without one, so an answer to one question authorizes one
+ * operation: the guard lets a continuation in only where its key awaits input, and once it has
+ * completed, replays. (A state minted without a key binds to no key: a call without one executes
+ * every time it is sent, its continuation too, as the SEP leaves such calls.) Outside a guarded
+ * call, a constant: there is no record to bind to.
+ */
+export function continuationBinding(): string {
+  const execution = currentExecution();
+  if (!execution) return 'unguarded';
+  return JSON.stringify([execution.scope, execution.idempotencyKey ?? null]);
+}
+
+/**
  * The provider key for `operation` in the running tool call (see `ToolExecution.providerKey`).
  * Outside a guarded call (a tool called directly, a server without the guard), a fresh key: it
  * still makes that one provider call's own retries safe, which is all that can be promised there.

@@ -14,16 +14,23 @@
 // a tool's *outcome* is whether its side effect happened, which a provider call may leave unknown.
 // Multi-round-trip calls (2026-07-28) are this project's choice, since the SEP leaves them out of
 // its scope: a round that answers `input_required` is not final; the key waits for its
-// continuation ("awaiting input"), and `settlementOf` says how each answer settles it.
+// continuation ("awaiting input"), and `settlementOf` says how each answer settles it. A
+// continuation resumes only a key its opening round left awaiting input, never claims a fresh one.
 
 import type { Claim, JsonObject, RecordId, StoredResponse } from '../stores/contract.js';
 import { DecisionLog } from './decisions.js';
-import { IdempotencyErrorType, idempotencyError, JsonRpcError, Messages } from './errors.js';
+import {
+  IdempotencyErrorType,
+  idempotencyError,
+  JsonRpcError,
+  Messages,
+  refusedContinuation,
+} from './errors.js';
 import { runExecution, ToolExecution } from './execution.js';
-import { fingerprintToolCall } from './fingerprint.js';
+import { type Fingerprint, fingerprintToolCall } from './fingerprint.js';
 import { checkIdempotencyKey } from './key.js';
 import { type GuardSettings, guardSettings, type IdempotencyGuardOptions } from './options.js';
-import { type Dispatch, executeOnce } from './record.js';
+import { type Dispatch, executeOnce, releaseSoon } from './record.js';
 import { type Caller, ScopeUnknownError } from './scope.js';
 
 /** The SEP's algorithm for one `tools/call`, in its order. */
@@ -74,15 +81,23 @@ async function guardToolCall(
   }
 
   // One atomic store operation either claims the key or returns what already holds it. A
-  // continuation of a key awaiting input claims it; a repeat of the opening round does not.
+  // continuation takes over a key awaiting input, and only such a key; a repeat of the opening
+  // round takes nothing over.
   const id: RecordId = { scope, idempotencyKey };
-  let claim: Claim;
+  let claim: Claim | Unopened;
   try {
-    claim = await settings.store.claim(id, fingerprint.fingerprint, settings.leaseMs, continuation);
+    claim = await (continuation ? claimContinuation : claimKey)(id, fingerprint.fingerprint, settings);
   } catch (error) {
     // Fail closed: executing without a record would let the retry charge again.
     log.decide('storeUnavailable', id, String(error));
     throw idempotencyError(IdempotencyErrorType.storeUnavailable, Messages.storeUnavailable, idempotencyKey);
+  }
+
+  // MRTR: a continuation under a key whose opening round never asked is refused, nothing executed:
+  // a `requestState` is not an authorization to be carried to a fresh key.
+  if (claim.state === 'unopened') {
+    log.decide('continuationRefused', id, Messages.continuationUnopened);
+    throw refusedContinuation(Messages.continuationUnopened, idempotencyKey);
   }
 
   if (claim.state === 'full') {
@@ -135,6 +150,37 @@ export type ToolCallGuard = (
   dispatch: Dispatch,
   signal?: AbortSignal,
 ) => Promise<JsonObject>;
+
+/** A continuation's claim, when no opening round under its key awaits input. */
+type Unopened = { state: 'unopened' };
+
+/** The store's claim of a key for an opening round (or a call with one round). */
+function claimKey(id: RecordId, fingerprint: Fingerprint, settings: GuardSettings): Promise<Claim> {
+  return settings.store.claim(id, fingerprint, settings.leaseMs, false);
+}
+
+/**
+ * A continuation's claim: it takes over the key's awaiting-input record, and nothing else. First
+ * the key is claimed as an opening round would claim it, which takes nothing over: a key that
+ * held no record comes back claimed, and is put back at once (`unopened`); any record is returned
+ * as it is. Only a key that awaits input, with these arguments, is then claimed as a continuation.
+ * (Should the awaiting record expire between the two, the second claim takes a fresh key; the
+ * `requestState` it carries expired with it, as the two windows are one, and is refused.)
+ */
+async function claimContinuation(
+  id: RecordId,
+  fingerprint: Fingerprint,
+  settings: GuardSettings,
+): Promise<Claim | Unopened> {
+  const held = await claimKey(id, fingerprint, settings);
+  if (held.state === 'claimed') {
+    // A failed release is retried in the background; the continuation is refused either way.
+    await releaseSoon(settings.store, held.ticket, settings.leaseMs).catch(() => {});
+    return { state: 'unopened' };
+  }
+  if (held.state !== 'awaitingInput' || held.fingerprint !== fingerprint) return held;
+  return settings.store.claim(id, fingerprint, settings.leaseMs, true);
+}
 
 /** An unkeyed call's scope, which only salts its execution's own provider keys. */
 function unkeyedScope(caller: Caller, scopeOf: (caller: Caller) => string): string {

@@ -19,8 +19,11 @@ import {
   IdempotencyErrorType,
   INTERNAL_ERROR,
   idempotencyError,
+  isMissingClientCapability,
   isRefusedContinuation,
   Messages,
+  OUTCOME_META_KEY,
+  outcomeUnknownData,
 } from './errors.js';
 import { runExecution, ToolExecution } from './execution.js';
 import type { GuardSettings } from './options.js';
@@ -93,6 +96,7 @@ async function settle(
     if (settlement === 'storeUnavailable') return settled;
     if (settlement === 'unrecorded')
       log.decide(settlement, id, Messages.outcomeUnknown(execution.outcomeUnknown));
+    else if (settlement === 'capabilityMissing') log.decide(settlement, id, Messages.capabilityMissing);
     else if (settled || settlement === 'continuationRefused') log.decide(settlement, id);
     // Not recorded: the claim lost its key while the call ran (its renewals failed until the lease
     // ran out and a retry claimed the key, or the store was cleared). The operator should know.
@@ -144,12 +148,34 @@ async function answerTheCaller(
   // The tool wrote in the record's transaction: unrecorded, its writes were rolled back with it
   // (or, if the commit's answer was lost, committed with it). Its answer would be a lie either way;
   // the retry with the same key replays or executes, once.
-  if (execution.inTransaction && !settled && settlement !== 'continuationRefused') {
+  if (execution.inTransaction && !settled && !NOTHING_RAN.has(settlement)) {
     await releaseSoon(settings.store, ticket, settings.leaseMs).catch(() => {});
     throw idempotencyError(IdempotencyErrorType.storeUnavailable, Messages.rolledBack, id.idempotencyKey);
   }
+  // Nothing recorded, and whether the tool's side effect happened unknown: the answer says so in a
+  // form a client reads (errors.ts, `outcomeUnknownOf`), so that its retry keeps the key.
+  if (settlement === 'unrecorded') return outcomeUnknownAnswer(answer, id.idempotencyKey);
   if (answer.threw) throw answer.error;
   return answer.result;
+}
+
+/** The settlements of a round in which nothing acted: the claim is released, the key as it was. */
+const NOTHING_RAN: ReadonlySet<Settlement> = new Set(['continuationRefused', 'capabilityMissing']);
+
+/**
+ * The answer of a call whose outcome is unknown, marked: a tool result keeps what it says and
+ * carries the marker in its `_meta`; a JSON-RPC error is answered as `idempotency_outcome_unknown`,
+ * in the dispatch's words where it had some.
+ */
+function outcomeUnknownAnswer(answer: Answer, idempotencyKey: string): JsonObject {
+  const marker = outcomeUnknownData(idempotencyKey);
+  if (!answer.threw) {
+    const meta = answer.result._meta;
+    const kept = typeof meta === 'object' && meta !== null ? meta : {};
+    return { ...answer.result, _meta: { ...kept, [OUTCOME_META_KEY]: marker } };
+  }
+  const { message } = answer.stored.error;
+  throw idempotencyError(marker.type, message || Messages.outcomeUnknownAnswer, idempotencyKey);
 }
 
 /**
@@ -158,7 +184,11 @@ async function answerTheCaller(
  * have ended anyway: a claim left standing after a short store stall would answer every retry
  * "in progress" for the rest of its lease, though nothing holds it.
  */
-async function releaseSoon(store: IdempotencyStore, ticket: ClaimTicket, leaseMs: number): Promise<boolean> {
+export async function releaseSoon(
+  store: IdempotencyStore,
+  ticket: ClaimTicket,
+  leaseMs: number,
+): Promise<boolean> {
   try {
     return await store.release(ticket);
   } catch (error) {
@@ -184,9 +214,12 @@ async function releaseSoon(store: IdempotencyStore, ticket: ClaimTicket, leaseMs
  * - Any other answer, a result or an error, is final, from whichever round gave it: replayed to
  *   every later call with the key and equivalent arguments, continuation fields or not.
  * - A continuation refused before anything ran (a forged, expired or another caller's
- *   `requestState`: see `isRefusedContinuation`) settles nothing. Recording it would poison the
- *   key; the key goes back to awaiting input, or to no record if there was none. (An answer the
- *   tool cannot use is the tool's to handle: the SDK's way is to ask again.)
+ *   `requestState`, or one minted under another key: see `isRefusedContinuation`) settles nothing.
+ *   Recording it would poison the key; the key goes back to awaiting input. (An answer the tool
+ *   cannot use is the tool's to handle: the SDK's way is to ask again.)
+ * - A round whose question the client cannot be asked (it lacks the capability: -32021, see
+ *   `isMissingClientCapability`) settles nothing either: the tool asked instead of acting, and the
+ *   same key must run once the client declares the capability, as after any question.
  * - A round whose tool said its outcome is unknown (a provider call that gave up without knowing
  *   whether it committed: `ToolExecution.markOutcomeUnknown`) settles nothing either, the same
  *   way: the retry executes again and sends the provider the same key, which the provider
@@ -200,17 +233,23 @@ function settlementOf(answer: Answer, continuation: boolean, execution: ToolExec
   if (execution.storeFailure !== undefined) return 'storeUnavailable';
   if (execution.outcomeUnknown !== undefined) return 'unrecorded';
   if (!answer.threw) return answer.result.resultType === 'input_required' ? 'awaitingInput' : 'executed';
-  return continuation && isRefusedContinuation(answer.stored.error) ? 'continuationRefused' : 'executed';
+  if (continuation && isRefusedContinuation(answer.stored.error)) return 'continuationRefused';
+  return isMissingClientCapability(answer.stored.error) ? 'capabilityMissing' : 'executed';
 }
 
 /**
  * How a round's answer settles its claim, in the words of the decision the operator is told: a
  * settlement that keeps the answer completes the claim (`executed`) or holds it for the
- * continuation (`awaitingInput`); the other three release it.
+ * continuation (`awaitingInput`); the other four release it.
  */
 type Settlement = Extract<
   Decision,
-  'executed' | 'awaitingInput' | 'continuationRefused' | 'unrecorded' | 'storeUnavailable'
+  | 'executed'
+  | 'awaitingInput'
+  | 'continuationRefused'
+  | 'capabilityMissing'
+  | 'unrecorded'
+  | 'storeUnavailable'
 >;
 
 /** What the dispatch answered, returned or thrown, and the response a store keeps of it. */
