@@ -351,10 +351,10 @@ export interface IdempotentClientOptions extends Partial<RetryPolicy> {
 /** What one `IdempotentClient.callTool` may add to the client's own options. */
 export interface CallOptions {
   /**
-   * The operation's key, when the caller chose it: to store it with the order before the first
-   * attempt, so a caller that restarts can send the same operation again under the same key.
-   * Default: a new UUID. Ignored when the call is not keyed (a read, or a server without the
-   * capability).
+   * The operation's key, when the caller has one: chosen and stored with the order before the
+   * first attempt, or handed back by an `OutcomeUnknownError` of an earlier call, so that the call
+   * is the same operation again. Default: a new UUID. Ignored when the call is not keyed (a read,
+   * or a server without the capability).
    */
   idempotencyKey?: string;
   /** Gives up: the attempt under way is abandoned, no retry follows, and the call rejects with the reason. */
