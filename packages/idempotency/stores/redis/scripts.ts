@@ -36,23 +36,19 @@ end`;
 // long enough for the running call to renew (a third of its lease) or record, which puts its key
 // back (RENEW and COMPLETE below: a claim whose key and marker both changed under it holds the
 // key again). A key that holds a record is answered as always: only "free" is refused.
+// Each script that reads the marker ends its ARGV with a nonce (the claim's token), for the
+// epoch of a marker it re-arms. `lost_under(epoch)`: true if the data went away under a claim of
+// that epoch (the marker missing, or of another epoch), and then new claims fail closed from now,
+// unless a claim has already made them.
 const MARKER = `
-local function epoch_of(mark) return string.match(mark, '^[^|]*') end
-local function lost_at(mark)
-  local at = string.match(mark, '|(%d+)$')
-  return at and tonumber(at)
-end
-local function mark_lost(now, nonce)
-  local epoch = now .. '-' .. nonce
-  redis.call('SET', KEYS[4], epoch .. '|' .. now)
-  return epoch
-end
--- The data went away under a claim of epoch EPOCH if the marker is missing or of another
--- epoch; then fail new claims closed from now, unless a claim has already.
-local function lost_under(epoch, nonce)
-  local mark = redis.call('GET', KEYS[4])
-  if mark and epoch_of(mark) == epoch then return false end
-  if not mark or not lost_at(mark) then mark_lost(now_ms(), nonce) end
+local function epoch_of(m) return string.match(m, '^[^|]*') end
+local function lost_at(m) local at = string.match(m, '|(%d+)$') return at and tonumber(at) end
+local function mark_lost(now) redis.call('SET', KEYS[4], now .. '-' .. ARGV[#ARGV] .. '|' .. now) end`;
+const LOST_UNDER = `${MARKER}
+local function lost_under(epoch)
+  local m = redis.call('GET', KEYS[4])
+  if m and epoch_of(m) == epoch then return false end
+  if not m or not lost_at(m) then mark_lost(now_ms()) end
   return true
 end`;
 
@@ -79,7 +75,7 @@ end
 local now = now_ms()
 local mark = redis.call('GET', KEYS[4])
 if not mark then
-  mark_lost(now, ARGV[6])
+  mark_lost(now)
   return {'lost', now}
 end
 local lost = lost_at(mark)
@@ -107,9 +103,9 @@ return {'claimed', epoch_of(mark)}`;
 // since the claim): nobody else can hold it, so the answer is kept, and the retry replays it.
 // ARGV: claim value, completed (or awaiting-input) value, retention, the value's size, the
 // claim's epoch, a nonce.
-export const COMPLETE_SCRIPT = `#!lua${SCOPE_INDEX}${MARKER}
+export const COMPLETE_SCRIPT = `#!lua${SCOPE_INDEX}${LOST_UNDER}
 local held = redis.call('GET', KEYS[1])
-if held ~= ARGV[1] and (held or not lost_under(ARGV[5], ARGV[6])) then return false end
+if held ~= ARGV[1] and (held or not lost_under(ARGV[5])) then return false end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 index(tonumber(ARGV[3]))
 local counted = tonumber(redis.call('HGET', KEYS[3], KEYS[1]) or '0')
@@ -143,11 +139,11 @@ return 1`;
 // as it lives. But a claim whose key Redis lost (the key empty, the marker gone or of another
 // epoch) holds it again: the call still runs, and nobody else may have it (see MARKER).
 // ARGV: claim value, lease, the claim's epoch, a nonce.
-export const RENEW_SCRIPT = `#!lua${SCOPE_INDEX}${MARKER}
+export const RENEW_SCRIPT = `#!lua${SCOPE_INDEX}${LOST_UNDER}
 local held = redis.call('GET', KEYS[1])
 if held == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-elseif held or not lost_under(ARGV[3], ARGV[4]) then
+elseif held or not lost_under(ARGV[3]) then
   return 0
 else
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])

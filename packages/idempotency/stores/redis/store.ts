@@ -566,7 +566,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     const epoch = randomUUID();
     const client = this.client;
     if (!('masters' in client)) {
-      await this.bounded(client.eval(ARM_SCRIPT, { keys: [`${this.keyPrefix}alive`], arguments: [epoch] }));
+      await this.bounded(client.eval(ARM_SCRIPT, { keys: [this.marker], arguments: [epoch] }));
       return;
     }
     const bySlot = client.slots;
@@ -609,13 +609,18 @@ export class RedisIdempotencyStore implements IdempotencyStore {
 
   /** The marker beside `recordKey`: the one of a single Redis, or its hash slot's on a cluster. */
   private markerOf(recordKey: string): string {
-    if (!this.isCluster) return `${this.keyPrefix}alive`;
+    if (!this.isCluster) return this.marker;
     const tag = recordKey.slice(this.keyPrefix.length + 1, recordKey.indexOf('}', this.keyPrefix.length));
     return markerOfSlot(this.keyPrefix, hashSlot(tag));
   }
 
   private get isCluster(): boolean {
     return 'masters' in this.client;
+  }
+
+  /** The marker of a single Redis. */
+  private get marker(): string {
+    return `${this.keyPrefix}alive`;
   }
 
   /** The connections that hold the keys: the one Redis, or each master of a cluster. */
