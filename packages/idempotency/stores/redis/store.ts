@@ -519,6 +519,15 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     return withDeadline(command, this.commandTimeoutMs, 'Redis');
   }
 
+  /**
+   * The bound on what the store asks once it starts, and on each check after: reading every
+   * master's policy, and arming a cluster's 16384 markers, is no call's command, and may take
+   * longer than one (the connect timeout's default, at least).
+   */
+  private boundedStart<T>(command: Promise<T>): Promise<T> {
+    return withDeadline(command, Math.max(this.commandTimeoutMs, DEFAULT_REDIS_CONNECT_TIMEOUT_MS), 'Redis');
+  }
+
   // --- The environment: the facts "once" rests on, checked at start and while running ---
 
   private ensureStarted(): Promise<void> {
@@ -539,8 +548,8 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   /** Sets `refusal` from what every master says now; rejects only if a master does not answer. */
   private async checkEnvironment(): Promise<void> {
     const refusals: string[] = [];
-    for (const { client, address } of await this.bounded(this.addressedNodes())) {
-      const refusal = refusalOf(await this.bounded(evictionOf(client)), address, this.maxmemoryPolicy);
+    for (const { client, address } of await this.boundedStart(this.addressedNodes())) {
+      const refusal = refusalOf(await this.boundedStart(evictionOf(client)), address, this.maxmemoryPolicy);
       if (refusal) refusals.push(refusal);
     }
     const [refusal] = refusals;
@@ -566,11 +575,11 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     const epoch = randomUUID();
     const client = this.client;
     if (!('masters' in client)) {
-      await this.bounded(client.eval(ARM_SCRIPT, { keys: [this.marker], arguments: [epoch] }));
+      await this.boundedStart(client.eval(ARM_SCRIPT, { keys: [this.marker], arguments: [epoch] }));
       return;
     }
     const bySlot = client.slots;
-    await this.bounded(
+    await this.boundedStart(
       Promise.all(
         client.masters.map(async (master) => {
           const keys: string[] = [];
