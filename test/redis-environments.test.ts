@@ -14,9 +14,7 @@ import { IdempotencyErrorType, idempotencyErrorOf } from 'mcp-request-idempotenc
 import { callTool } from 'mcp-request-idempotency/client';
 import { RedisIdempotencyStore, type RedisStoreOptions, redisKeysOf } from 'mcp-request-idempotency/redis';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Ledger } from '../ledger.js';
-import { START_TIMEOUT_MS } from '../processes/bounds.js';
-import { connectInProcess, type InProcessConnection } from '../processes/in-process.js';
+import { START_TIMEOUT_MS } from '../demo/processes/bounds.js';
 import {
   REDIS_CLUSTER_SKIP_REASON,
   REDIS_SKIP_REASON,
@@ -25,7 +23,9 @@ import {
   type TestRedis,
   type TestRedisCluster,
   waitUntil,
-} from '../processes/redis.js';
+} from '../demo/processes/redis.js';
+import type { Ledger } from '../ledger.js';
+import { connectInProcess, type InProcessConnection } from './support/in-process.js';
 
 const ROOT = join(import.meta.dirname, '..');
 
