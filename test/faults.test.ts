@@ -151,6 +151,9 @@ async function decisionsFor(instance: HttpInstance, key: string, last: string): 
 // --- Redis dies under a stream of keyed calls ---
 
 describe.skipIf(!canKillRedis)('Redis killed and restarted during a stream of keyed calls', () => {
+  /** The instances' lease: Redis comes back empty, and new keys wait one lease (see the Redis store). */
+  const RESTART_LEASE_MS = 1_000;
+
   it('fails every keyed call closed while Redis is down, recovers by itself, and charges each key exactly once', async () => {
     const prefix = uniqueKeyPrefix('faults-stream');
     const ledger = new ProviderLedger(100);
@@ -160,7 +163,13 @@ describe.skipIf(!canKillRedis)('Redis killed and restarted during a stream of ke
       const client = await connectRedis(server().url);
       clients.push(client);
       instances.push(
-        await connectInProcess({ store: new RedisIdempotencyStore(client, { keyPrefix: prefix }), ledger }),
+        await connectInProcess({
+          store: new RedisIdempotencyStore(client, { keyPrefix: prefix }),
+          ledger,
+          // Redis restarts without its data: new keys then fail closed for one lease (the calls
+          // running when it died may still record), so one short enough for the stream to go on.
+          leaseMs: RESTART_LEASE_MS,
+        }),
       );
     }
     const OPERATIONS = 60;
@@ -232,7 +241,10 @@ describe.skipIf(!canKillRedis)('Redis killed and restarted during a stream of ke
 
   it('answers a keyed call over HTTP with idempotency_store_unavailable and charges nothing, then serves the same key once Redis is back', async () => {
     const prefix = uniqueKeyPrefix('faults-http');
-    const args = ['--store', 'redis', '--redis-url', server().url, '--redis-prefix', prefix];
+    const args = [
+      ...['--store', 'redis', '--redis-url', server().url, '--redis-prefix', prefix],
+      ...['--in-progress-lease-ms', String(RESTART_LEASE_MS)],
+    ];
     const [a, b] = await Promise.all([startHttpInstance(args), startHttpInstance(args)]);
     const key = randomUUID();
     const params = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: key };

@@ -29,6 +29,8 @@ export interface Backends {
  */
 export async function openBackends(config: ServerConfig): Promise<Backends> {
   return openStoreAndLedger(config).catch((error: unknown) => {
+    // A store that refuses its backend says why in one line of its own: the setting and the fix.
+    if (error instanceof Error && error.name === 'RedisEnvironmentError') throw new Error(error.message);
     throw new Error(unreachableStore(config, error));
   });
 }
@@ -112,17 +114,27 @@ async function openStoreAndLedger(config: ServerConfig): Promise<Backends> {
     throw firstError ?? error;
   });
   connecting = false;
+  const store = new RedisIdempotencyStore(client, {
+    keyPrefix: `${config.redisPrefix}idem:`,
+    maxRecordsPerScope: config.maxRecordsPerCaller,
+    maxBytesPerScope: config.maxBytesPerCaller,
+  });
+  // Refuses to start on a Redis it cannot be safe on (one that evicts), as `connect` does.
+  await store.ready().catch(async (error: unknown) => {
+    await store.close();
+    await closeRedis(client);
+    throw error;
+  });
   return {
-    store: new RedisIdempotencyStore(client, {
-      keyPrefix: `${config.redisPrefix}idem:`,
-      maxRecordsPerScope: config.maxRecordsPerCaller,
-      maxBytesPerScope: config.maxBytesPerCaller,
-    }),
+    store,
     ledger:
       provider ??
       inProcess ??
       new RedisLedger(client, config.chargeLatencyMs, `${config.redisPrefix}ledger:balance`),
-    close: () => closeRedis(client),
+    close: async () => {
+      await store.close();
+      await closeRedis(client);
+    },
   };
 }
 

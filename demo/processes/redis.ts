@@ -58,11 +58,21 @@ export async function waitUntil(
   }
 }
 
-export async function startRedis(): Promise<TestRedis | undefined> {
+export interface RedisOptions {
+  /**
+   * More `redis-server` arguments, after the defaults (so they win): the environment a test puts
+   * the store in (`--maxmemory-policy allkeys-lru`, `--rename-command CONFIG ""`). A server started
+   * with them is always a private one: a shared `REDIS_URL` is not theirs to change, so then the
+   * answer is undefined.
+   */
+  args?: readonly string[];
+}
+
+export async function startRedis(options: RedisOptions = {}): Promise<TestRedis | undefined> {
   const binary = findOnPath('redis-server');
   const shared = process.env.REDIS_URL;
-  if (!binary) return shared ? withAdmin(shared, undefined) : undefined;
-  const server = await PrivateRedis.start(binary);
+  if (!binary) return shared && !options.args ? withAdmin(shared, undefined) : undefined;
+  const server = await PrivateRedis.start(binary, { args: options.args });
   try {
     return await withAdmin(server.url, server);
   } catch (error) {
@@ -252,6 +262,8 @@ export interface ClusterOptions {
    * execute twice runs. Off, a restarted node comes back empty.
    */
   appendOnly?: boolean;
+  /** More `redis-server` arguments for every node (see `RedisOptions`). */
+  args?: readonly string[];
 }
 
 /** Three masters, no replicas, every slot assigned, or undefined without redis-server and redis-cli. */
@@ -262,6 +274,7 @@ export async function startRedisCluster(options: ClusterOptions = {}): Promise<T
   const args = [
     ...['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf'],
     ...(options.appendOnly ? ['--appendonly', 'yes', '--appendfsync', 'always'] : []),
+    ...(options.args ?? []),
   ];
   const servers: PrivateRedis[] = [];
   const nodes: TestRedis[] = [];

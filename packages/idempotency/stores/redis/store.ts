@@ -18,6 +18,11 @@
 //
 // The same store runs on one Redis or on a Redis Cluster (`connectRedisCluster`): the keys a
 // script touches share a hash slot (see `redisKeysOf`), so each script still runs on one node.
+//
+// Two facts about the Redis it runs on decide whether "once" can hold, and the store checks both
+// (see "The environment" below): that Redis never evicts a record (its `maxmemory-policy`, read
+// when the store starts and every `environmentCheckMs` after), and that its data did not vanish
+// under a running call (a marker key with no expiry, read by the claim script itself).
 
 import { createHash, randomUUID } from 'node:crypto';
 import {
@@ -48,7 +53,7 @@ import {
   scopeQuotasOf,
   withDeadline,
 } from '../support.js';
-import { CLAIM_SCRIPT, COMPLETE_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT } from './scripts.js';
+import { ARM_SCRIPT, CLAIM_SCRIPT, COMPLETE_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT } from './scripts.js';
 
 /** Every key the store writes starts with this, so `clear()` can find exactly its own keys. */
 export const DEFAULT_REDIS_KEY_PREFIX = 'sep3182:idem:';
@@ -63,6 +68,9 @@ export const DEFAULT_REDIS_COMMAND_TIMEOUT_MS = 1_000;
 /** How long `connectRedis` waits for the first connection before refusing to start. */
 export const DEFAULT_REDIS_CONNECT_TIMEOUT_MS = 2_000;
 
+/** How often a running store reads Redis' eviction policy again (one `INFO memory` per master). */
+export const DEFAULT_REDIS_ENVIRONMENT_CHECK_MS = 1_000;
+
 /** Commands sent but unanswered before node-redis refuses more: a frozen Redis must not eat memory. */
 const MAX_PENDING_COMMANDS = 10_000;
 
@@ -76,6 +84,29 @@ export interface RedisStoreOptions extends ScopeQuotaOptions {
   keyPrefix?: string;
   /** Bound on every store command; past it `claim`/`complete` reject and the guard fails closed. */
   commandTimeoutMs?: number;
+  /**
+   * How often the running store reads the eviction policy again: a `CONFIG SET` that makes Redis
+   * evict fails new keyed calls closed within this long (one `INFO memory` per master, off the
+   * path of any call).
+   */
+  environmentCheckMs?: number;
+  /**
+   * The `maxmemory-policy` your Redis runs with, stated for a Redis that lets this user read it
+   * neither by `INFO` nor by `CONFIG GET`: only `'noeviction'` is taken, and only then. A Redis
+   * that says its policy is believed, whatever is stated here.
+   */
+  maxmemoryPolicy?: string;
+}
+
+/**
+ * The store refuses this Redis: it may evict the records, or will not say whether it does. The
+ * message is one line, naming the setting and the fix.
+ */
+export class RedisEnvironmentError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'RedisEnvironmentError';
+  }
 }
 
 export interface RedisConnectOptions {
@@ -186,14 +217,25 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   readonly maxRecordsPerScope: number;
   readonly maxBytesPerScope: number;
   private readonly commandTimeoutMs: number;
+  private readonly maxmemoryPolicy: string | undefined;
   private ownsClient = false;
+  /** Told when the store starts refusing this Redis, and why (the operator's log). */
+  private onError: ((error: unknown) => void) | undefined;
+  /** Set once the environment was read and the marker armed; until then each claim waits for it. */
+  private started = false;
+  private starting: Promise<void> | undefined;
+  /** Why claims are refused now (an evicting Redis), or undefined. */
+  private refusal: string | undefined;
+  private readonly checks: NodeJS.Timeout;
+  /** The loss last told to `onError` (its time), so a fleet of refused claims tells it once. */
+  private lostReported: number | undefined;
 
   /** Connects its own client (see `connectRedis`); `close()` closes it. */
   static async connect(
     url: string,
     options: RedisStoreOptions & RedisConnectOptions = {},
   ): Promise<RedisIdempotencyStore> {
-    return RedisIdempotencyStore.owning(options, () => connectRedis(url, options));
+    return RedisIdempotencyStore.owning(options, () => connectRedis(url, options), options.onError);
   }
 
   /** The same on a Redis Cluster, from the URLs of some of its nodes (see `connectRedisCluster`). */
@@ -201,17 +243,32 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     seedUrls: readonly string[],
     options: RedisStoreOptions & RedisConnectOptions = {},
   ): Promise<RedisIdempotencyStore> {
-    return RedisIdempotencyStore.owning(options, () => connectRedisCluster(seedUrls, options));
+    return RedisIdempotencyStore.owning(
+      options,
+      () => connectRedisCluster(seedUrls, options),
+      options.onError,
+    );
   }
 
-  /** Checks the options before connecting: a bad one refuses at once, and leaves no client behind. */
+  /**
+   * Checks the options before connecting: a bad one refuses at once, and leaves no client behind.
+   * Then checks the Redis (see `ready`): one it cannot be safe on is refused, the client closed.
+   */
   private static async owning(
     options: RedisStoreOptions,
     connect: () => Promise<RedisClient>,
+    onError: ((error: unknown) => void) | undefined,
   ): Promise<RedisIdempotencyStore> {
     const settings = settingsOf(options);
     const store = new RedisIdempotencyStore(await connect(), settings);
     store.ownsClient = true;
+    store.onError = onError;
+    try {
+      await store.ready();
+    } catch (error) {
+      await store.close();
+      throw error;
+    }
     return store;
   }
 
@@ -229,6 +286,29 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     this.commandTimeoutMs = settings.commandTimeoutMs;
     this.maxRecordsPerScope = settings.maxRecordsPerScope;
     this.maxBytesPerScope = settings.maxBytesPerScope;
+    this.maxmemoryPolicy = settings.maxmemoryPolicy;
+    // Started now, so a claim rarely waits for it; a failure is retried by the first claim.
+    this.ensureStarted().catch(() => {});
+    this.checks = setInterval(() => void this.recheck(), settings.environmentCheckMs);
+    // A store nobody closed must not keep the process alive.
+    this.checks.unref();
+  }
+
+  /**
+   * Resolves once the store has read Redis' eviction policy and armed its marker; rejects with a
+   * `RedisEnvironmentError` (one line: the setting and the fix) if it cannot be safe on this
+   * Redis, or a `StoreUnavailableError` if Redis did not answer. `connect` and `connectCluster`
+   * await it; a store made on a client of yours should be awaited before it serves (a claim
+   * waits for it too, and fails closed with the same line).
+   */
+  async ready(): Promise<void> {
+    try {
+      await this.ensureStarted();
+    } catch (error) {
+      // Full: the store starts, and answers `full` until Redis has room for its marker.
+      if (!isOutOfMemory(error)) throw new StoreUnavailableError(error);
+    }
+    if (this.refusal) throw new RedisEnvironmentError(this.refusal);
   }
 
   // No global `maxRecords` here, and never `full` from a count: counting every record would
@@ -238,6 +318,15 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   // retry would then execute a second time. Each caller's quota is counted in the claim itself.
   async claim(id: RecordId, fingerprint: Fingerprint, leaseMs: number, continuation = false): Promise<Claim> {
     const lease = milliseconds(leaseMs);
+    if (!this.started) {
+      try {
+        await this.ensureStarted();
+      } catch (error) {
+        if (isOutOfMemory(error)) return { state: 'full' };
+        throw new StoreUnavailableError(error);
+      }
+    }
+    if (this.refusal) throw new StoreUnavailableError(new RedisEnvironmentError(this.refusal));
     const token = randomUUID();
     const command = this.client.eval(CLAIM_SCRIPT, {
       keys: this.keysOf(id),
@@ -247,6 +336,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
         String(this.maxRecordsPerScope),
         String(this.maxBytesPerScope),
         continuation ? awaitingInputPrefix(fingerprint) : '',
+        token,
       ],
     });
     let reply: unknown;
@@ -259,21 +349,35 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       // fork): its claim would then hold the key, and a slot of the caller's quota, for a whole
       // lease that nobody is running, and every retry would meet it in progress. So the claim is
       // undone as soon as its late reply says it was made.
-      void this.undoLateClaim(command, { ...id, fingerprint, token });
+      void this.undoLateClaim(command, { ...id, fingerprint, token }, lease);
       throw new StoreUnavailableError(error);
     }
-    return this.claimFrom(reply, { ...id, fingerprint, token });
+    return this.claimFrom(reply, { ...id, fingerprint, token }, lease);
   }
 
   /** What a claim script's reply means, for the claim `ticket` describes. */
-  private claimFrom(reply: unknown, ticket: ClaimTicket): Claim {
-    const [answer, holder, expiresAt] = Array.isArray(reply) ? reply : [];
-    if (answer === 'claimed') return { state: 'claimed', ticket };
-    if (answer === 'resumed' && typeof holder === 'string' && typeof expiresAt === 'number') {
-      const resumed: Resumed = { value: holder, expiresAt };
-      return { state: 'claimed', ticket: { ...ticket, resumed } };
+  private claimFrom(reply: unknown, ticket: ClaimTicket, lease: number): Claim {
+    const [answer, holder, expiresAt, resumedEpoch] = Array.isArray(reply) ? reply : [];
+    if (answer === 'claimed' && typeof holder === 'string') {
+      const held: Held = { epoch: holder };
+      return { state: 'claimed', ticket: { ...ticket, resumed: held } };
+    }
+    if (
+      answer === 'resumed' &&
+      typeof holder === 'string' &&
+      typeof expiresAt === 'number' &&
+      typeof resumedEpoch === 'string'
+    ) {
+      const held: Held = { epoch: resumedEpoch, value: holder, expiresAt };
+      return { state: 'claimed', ticket: { ...ticket, resumed: held } };
     }
     if (answer === 'quota') return { state: 'quotaExceeded' };
+    if (answer === 'lost' && typeof holder === 'number') {
+      const error = new RedisEnvironmentError(lostData(holder, holder + lease));
+      if (this.lostReported !== holder) this.onError?.(error);
+      this.lostReported = holder;
+      throw new StoreUnavailableError(error);
+    }
     if (answer === 'held' && typeof holder === 'string') return claimOf(holder);
     throw new StoreUnavailableError(new Error(`unexpected answer to a claim: ${JSON.stringify(reply)}`));
   }
@@ -283,9 +387,9 @@ export class RedisIdempotencyStore implements IdempotencyStore {
    * a continuation took over), by the claim's own token: if the key has moved on, nothing changes.
    * Should the reply never come (the connection dropped), the lease still frees the key.
    */
-  private async undoLateClaim(command: Promise<unknown>, ticket: ClaimTicket): Promise<void> {
+  private async undoLateClaim(command: Promise<unknown>, ticket: ClaimTicket, lease: number): Promise<void> {
     try {
-      const claim = this.claimFrom(await command, ticket);
+      const claim = this.claimFrom(await command, ticket, lease);
       if (claim.state === 'claimed') await this.release(claim.ticket);
     } catch {
       // No claim was made, or Redis is gone again: the lease is the last resort.
@@ -301,15 +405,15 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   async release(ticket: ClaimTicket): Promise<boolean> {
-    const resumed = ticket.resumed as Resumed | undefined;
+    const resumed = heldOf(ticket);
     try {
       const released = await this.bounded(
         this.client.eval(RELEASE_SCRIPT, {
           keys: this.keysOf(ticket),
           arguments: [
             inProgressValue(ticket.fingerprint, ticket.token),
-            resumed?.value ?? '',
-            String(resumed?.expiresAt ?? 0),
+            resumed.value ?? '',
+            String(resumed.expiresAt ?? 0),
           ],
         }),
       );
@@ -325,7 +429,12 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       const renewed = await this.bounded(
         this.client.eval(RENEW_SCRIPT, {
           keys: this.keysOf(ticket),
-          arguments: [inProgressValue(ticket.fingerprint, ticket.token), String(lease)],
+          arguments: [
+            inProgressValue(ticket.fingerprint, ticket.token),
+            String(lease),
+            heldOf(ticket).epoch,
+            ticket.token,
+          ],
         }),
       );
       return renewed === 1;
@@ -340,6 +449,9 @@ export class RedisIdempotencyStore implements IdempotencyStore {
    */
   async clear(): Promise<void> {
     const match = `${escapeGlob(this.keyPrefix)}*`;
+    // Not the markers: a reset forgets the records, it does not mean Redis lost them.
+    const isMarker = (key: string) =>
+      key.startsWith(this.keyPrefix) && /^(\{[^}]*\})?alive$/.test(key.slice(this.keyPrefix.length));
     try {
       for (const node of await this.bounded(this.nodes())) {
         let cursor = '0';
@@ -347,7 +459,8 @@ export class RedisIdempotencyStore implements IdempotencyStore {
           const page = await this.bounded(node.scan(cursor, { MATCH: match, COUNT: 1000 }));
           // One UNLINK per key, sent together: a cluster node refuses one UNLINK of keys in
           // different slots (CROSSSLOT), and a page holds many scopes' keys.
-          await this.bounded(Promise.all(page.keys.map((key) => node.unlink(key))));
+          const keys = page.keys.filter((key) => !isMarker(key));
+          await this.bounded(Promise.all(keys.map((key) => node.unlink(key))));
           cursor = page.cursor;
         } while (cursor !== '0');
       }
@@ -358,6 +471,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
 
   /** Closes the client if `connect` made it; a shared client is its owner's to close. */
   async close(): Promise<void> {
+    clearInterval(this.checks);
     if (this.ownsClient) await closeRedis(this.client);
   }
 
@@ -383,6 +497,8 @@ export class RedisIdempotencyStore implements IdempotencyStore {
             storedValue(state, ticket.fingerprint, json),
             String(retention),
             String(json.length),
+            heldOf(ticket).epoch,
+            ticket.token,
           ],
         }),
       );
@@ -403,9 +519,117 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     return withDeadline(command, this.commandTimeoutMs, 'Redis');
   }
 
-  /** The record's key, then its scope's index and sizes (see the scripts). */
-  private keysOf(id: RecordId): [string, string, string] {
-    return redisKeysOf(this.keyPrefix, id);
+  /**
+   * The bound on what the store asks once it starts, and on each check after: reading every
+   * master's policy, and arming a cluster's 16384 markers, is no call's command, and may take
+   * longer than one (the connect timeout's default, at least).
+   */
+  private boundedStart<T>(command: Promise<T>): Promise<T> {
+    return withDeadline(command, Math.max(this.commandTimeoutMs, DEFAULT_REDIS_CONNECT_TIMEOUT_MS), 'Redis');
+  }
+
+  // --- The environment: the facts "once" rests on, checked at start and while running ---
+
+  private ensureStarted(): Promise<void> {
+    if (this.started) return Promise.resolve();
+    this.starting ??= this.start().finally(() => {
+      this.starting = undefined;
+    });
+    return this.starting;
+  }
+
+  /** Reads the eviction policy of every master, then arms the markers (see MARKER in scripts.ts). */
+  private async start(): Promise<void> {
+    await this.checkEnvironment();
+    await this.armMarkers();
+    this.started = true;
+  }
+
+  /** Sets `refusal` from what every master says now; rejects only if a master does not answer. */
+  private async checkEnvironment(): Promise<void> {
+    const refusals: string[] = [];
+    for (const { client, address } of await this.boundedStart(this.addressedNodes())) {
+      const refusal = refusalOf(await this.boundedStart(evictionOf(client)), address, this.maxmemoryPolicy);
+      if (refusal) refusals.push(refusal);
+    }
+    const [refusal] = refusals;
+    if (refusal && refusal !== this.refusal) this.onError?.(new RedisEnvironmentError(refusal));
+    this.refusal = refusal;
+  }
+
+  /** The periodic check: a Redis that cannot be asked now is already failing calls closed. */
+  private async recheck(): Promise<void> {
+    if (!this.client.isOpen) {
+      clearInterval(this.checks);
+      return;
+    }
+    if (this.started) await this.checkEnvironment().catch(() => {});
+  }
+
+  /**
+   * Writes the markers that do not exist yet, one script per node: the one of a single Redis, or,
+   * on a cluster, each master's share of the 16384 slots' (a slot that moved meanwhile is armed
+   * by the node that has it now, key by key).
+   */
+  private async armMarkers(): Promise<void> {
+    const epoch = randomUUID();
+    const client = this.client;
+    if (!('masters' in client)) {
+      await this.boundedStart(client.eval(ARM_SCRIPT, { keys: [this.marker], arguments: [epoch] }));
+      return;
+    }
+    const bySlot = client.slots;
+    await this.boundedStart(
+      Promise.all(
+        client.masters.map(async (master) => {
+          const keys: string[] = [];
+          bySlot.forEach((shard, slot) => {
+            if (shard.master.address === master.address) keys.push(markerOfSlot(this.keyPrefix, slot));
+          });
+          try {
+            await (await client.nodeClient(master)).eval(ARM_SCRIPT, { arguments: [epoch, ...keys] });
+          } catch (error) {
+            if (!(error instanceof ErrorReply) || isOutOfMemory(error)) throw error;
+            // The slot map changed under us (a slot moved): each key to the node that has it.
+            await Promise.all(keys.map((key) => client.set(key, epoch, { NX: true })));
+          }
+        }),
+      ),
+    );
+  }
+
+  /** The connections that hold the keys, each with its address for a message. */
+  private async addressedNodes(): Promise<Array<{ client: RedisClientType; address: string }>> {
+    const client = this.client;
+    if (!('masters' in client)) return [{ client, address: addressOf(client) }];
+    return Promise.all(
+      client.masters.map(async (master) => ({
+        client: await client.nodeClient(master),
+        address: master.address,
+      })),
+    );
+  }
+
+  /** The record's key, then its scope's index and sizes, then its marker (see the scripts). */
+  private keysOf(id: RecordId): [string, string, string, string] {
+    const keys = redisKeysOf(this.keyPrefix, id);
+    return [...keys, this.markerOf(keys[0])];
+  }
+
+  /** The marker beside `recordKey`: the one of a single Redis, or its hash slot's on a cluster. */
+  private markerOf(recordKey: string): string {
+    if (!this.isCluster) return this.marker;
+    const tag = recordKey.slice(this.keyPrefix.length + 1, recordKey.indexOf('}', this.keyPrefix.length));
+    return markerOfSlot(this.keyPrefix, hashSlot(tag));
+  }
+
+  private get isCluster(): boolean {
+    return 'masters' in this.client;
+  }
+
+  /** The marker of a single Redis. */
+  private get marker(): string {
+    return `${this.keyPrefix}alive`;
   }
 
   /** The connections that hold the keys: the one Redis, or each master of a cluster. */
@@ -416,8 +640,93 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 }
 
+// --- Whether a Redis may evict the records ---
+//
+// Redis evicts only past a `maxmemory` it has: with `maxmemory 0` (no bound; the default of a
+// 64-bit build) no policy ever evicts (`getMaxmemoryState` in Redis' evict.c returns OK at once),
+// and a full Redis under `noeviction` refuses writes instead, which the store answers `full`.
+// Every other policy can evict a record: `allkeys-*` any key, `volatile-*` any key with a TTL,
+// and every key this store writes has one, the lease or the retention. So the store runs only on
+// `noeviction`, or on `maxmemory 0`, and reads which it is: `INFO memory` first (managed services
+// that rename CONFIG away still answer INFO), then `CONFIG GET`. A replica ignores `maxmemory`
+// (`replica-ignore-maxmemory`, its default); what counts is the master's, read on each master.
+
+interface Eviction {
+  policy: string;
+  maxmemory: number;
+}
+
+/** The policy and bound a node reports, or undefined if it answers neither INFO nor CONFIG GET. */
+async function evictionOf(node: RedisClientType): Promise<Eviction | undefined> {
+  try {
+    const info = String(await node.sendCommand(['INFO', 'memory']));
+    const policy = /^maxmemory_policy:(\S+)/m.exec(info)?.[1];
+    const maxmemory = /^maxmemory:(\d+)/m.exec(info)?.[1];
+    if (policy && maxmemory) return { policy, maxmemory: Number(maxmemory) };
+  } catch (error) {
+    // Refused (renamed away, an ACL, a proxy that does not pass it): try CONFIG GET.
+    if (!(error instanceof ErrorReply)) throw error;
+  }
+  try {
+    const reply = await node.sendCommand(['CONFIG', 'GET', 'maxmemory-policy', 'maxmemory']);
+    const pairs = Array.isArray(reply) ? reply.map(String) : [];
+    const setting = (name: string) => {
+      const at = pairs.indexOf(name);
+      return at >= 0 && at % 2 === 0 ? pairs[at + 1] : undefined;
+    };
+    const [policy, maxmemory] = [setting('maxmemory-policy'), setting('maxmemory')];
+    if (policy && maxmemory) return { policy, maxmemory: Number(maxmemory) };
+  } catch (error) {
+    if (!(error instanceof ErrorReply)) throw error;
+  }
+  return undefined;
+}
+
+/** Why the store cannot be safe on the node at `address`, in one line; undefined if it can. */
+function refusalOf(
+  eviction: Eviction | undefined,
+  address: string,
+  stated: string | undefined,
+): string | undefined {
+  if (!eviction) {
+    if (stated === 'noeviction') return undefined;
+    return (
+      `cannot read maxmemory-policy from Redis at ${address} (INFO and CONFIG GET are refused), so cannot ` +
+      "tell whether it evicts this store's records; set maxmemory-policy noeviction and state it with the " +
+      "store option maxmemoryPolicy: 'noeviction', or let this user run INFO"
+    );
+  }
+  const { policy, maxmemory } = eviction;
+  if (policy === 'noeviction' || maxmemory === 0) return undefined;
+  return (
+    `Redis at ${address} may evict this store's records: maxmemory-policy is ${policy} with maxmemory ` +
+    `${maxmemory}, so a retry whose record was evicted would execute again; set maxmemory-policy ` +
+    'noeviction (or maxmemory 0)'
+  );
+}
+
+/** The line a claim is refused with while the data is known lost, from `since` (Redis' ms) to `until`. */
+function lostData(since: number, until: number): string {
+  return (
+    `Redis lost this store's records (a restart without persistence, FLUSHALL/FLUSHDB, a failover) at ` +
+    `${new Date(since).toISOString()}: a call may still run on another instance, so new keys fail closed ` +
+    `until ${new Date(until).toISOString()} (one lease); run Redis with persistence (appendonly yes, ` +
+    'appendfsync always) and replicas acknowledging writes'
+  );
+}
+
+/** `host:port` of a single Redis client, for a message. */
+function addressOf(client: RedisClientType): string {
+  const { url, socket } = client.options ?? {};
+  if (url) return new URL(url).host;
+  const { host, port } = (socket ?? {}) as { host?: string; port?: number };
+  return `${host ?? 'localhost'}:${port ?? 6379}`;
+}
+
 /** The options with their defaults, each checked: what the store keeps. */
-function settingsOf(options: RedisStoreOptions): Required<RedisStoreOptions> {
+function settingsOf(
+  options: RedisStoreOptions,
+): Required<Omit<RedisStoreOptions, 'maxmemoryPolicy'>> & Pick<RedisStoreOptions, 'maxmemoryPolicy'> {
   const keyPrefix = options.keyPrefix ?? DEFAULT_REDIS_KEY_PREFIX;
   // A brace in the prefix would be read as (part of) every key's hash tag: see `redisKeysOf`.
   if (/[{}]/.test(keyPrefix)) {
@@ -429,6 +738,11 @@ function settingsOf(options: RedisStoreOptions): Required<RedisStoreOptions> {
       'commandTimeoutMs',
       options.commandTimeoutMs ?? DEFAULT_REDIS_COMMAND_TIMEOUT_MS,
     ),
+    environmentCheckMs: positiveInteger(
+      'environmentCheckMs',
+      options.environmentCheckMs ?? DEFAULT_REDIS_ENVIRONMENT_CHECK_MS,
+    ),
+    maxmemoryPolicy: options.maxmemoryPolicy,
     ...scopeQuotasOf(options),
   };
 }
@@ -457,6 +771,42 @@ export function redisKeysOf(keyPrefix: string, id: RecordId): [string, string, s
   const record = tagged + JSON.stringify([id.scope, id.idempotencyKey]);
   const scope = `${tagged}scope:${JSON.stringify(id.scope)}`;
   return [record, `${scope}:records`, `${scope}:bytes`];
+}
+
+// A slot's marker needs a key in that slot, so a hash tag that hashes to it: `prefix{t}alive`,
+// `t` the first name (in base 36: 0, 1, …, z, 10, …) whose CRC16 falls in the slot, found once
+// for all 16384 slots (about 170,000 digests, a few milliseconds) the first time a cluster asks.
+
+let slotTags: string[] | undefined;
+
+/** The marker of hash slot `slot` (see MARKER in scripts.ts). */
+export function markerOfSlot(keyPrefix: string, slot: number): string {
+  if (!slotTags) {
+    const tags: string[] = new Array(HASH_SLOTS);
+    for (let n = 0, found = 0; found < HASH_SLOTS; n++) {
+      const tag = n.toString(36);
+      const at = hashSlot(tag);
+      if (tags[at] === undefined) {
+        tags[at] = tag;
+        found++;
+      }
+    }
+    slotTags = tags;
+  }
+  return `${keyPrefix}{${slotTags[slot]}}alive`;
+}
+
+const HASH_SLOTS = 16_384;
+
+/** Redis Cluster's hash slot of a hash tag, ASCII as every tag here is: CRC16 (XMODEM) mod 16384. */
+export function hashSlot(tag: string): number {
+  let crc = 0;
+  for (let i = 0; i < tag.length; i++) {
+    crc ^= tag.charCodeAt(i) << 8;
+    for (let bit = 0; bit < 8; bit++)
+      crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  }
+  return crc % HASH_SLOTS;
 }
 
 /**
@@ -494,10 +844,20 @@ interface StoredValue {
   response: StoredResponse;
 }
 
-/** What a continuation's claim took over: the awaiting-input record as stored, and its expiry in Redis' clock. */
-interface Resumed {
-  value: string;
-  expiresAt: number;
+/**
+ * The store's own part of a ticket (`ClaimTicket.resumed`): the marker's epoch when the claim was
+ * made, and what a continuation's claim took over (the awaiting-input record as stored, and its
+ * expiry in Redis' clock).
+ */
+interface Held {
+  epoch: string;
+  value?: string;
+  expiresAt?: number;
+}
+
+function heldOf(ticket: ClaimTicket): Held {
+  const held = ticket.resumed;
+  return isPlainObject(held) && typeof held.epoch === 'string' ? (held as unknown as Held) : { epoch: '' };
 }
 
 // Deterministic: `complete` rebuilds these exact bytes from its ticket to recognise its claim.
