@@ -11,6 +11,7 @@
 export { IDEMPOTENCY_CAPABILITY } from './core/capability.js';
 export type { Decision, DecisionEvent } from './core/decisions.js';
 export * from './core/errors.js';
+export type { Dispatch } from './core/execution.js';
 export * from './core/execution.js';
 export { type Fingerprint, type FingerprintResult, fingerprintToolCall } from './core/fingerprint.js';
 export { createToolCallGuard, type ToolCallGuard } from './core/guard.js';
@@ -22,7 +23,6 @@ export {
   DEFAULT_RETENTION_MS,
   type IdempotencyGuardOptions,
 } from './core/options.js';
-export type { Dispatch } from './core/record.js';
 export * from './core/scope.js';
 export * from './stores/claims-in-flight.js';
 export * from './stores/contract.js';

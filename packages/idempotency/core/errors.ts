@@ -7,6 +7,9 @@
 // answers use -32603 (internal error); both mean "nothing executed, retry later with the
 // same key".
 
+import type { JsonObject } from '../stores/contract.js';
+import type { Answer } from './execution.js';
+
 export const INVALID_PARAMS = -32602;
 export const INTERNAL_ERROR = -32603;
 
@@ -233,4 +236,20 @@ export function outcomeUnknownOf(answer: unknown): { idempotencyKey?: string } |
       : idempotencyErrorOf(answer);
   if (data?.type !== IdempotencyErrorType.outcomeUnknown) return undefined;
   return typeof data.idempotencyKey === 'string' ? { idempotencyKey: data.idempotencyKey } : {};
+}
+
+/**
+ * The answer of a call whose outcome is unknown, marked: a tool result keeps what it says and
+ * carries the marker in its `_meta`; a JSON-RPC error is answered as `idempotency_outcome_unknown`,
+ * in the dispatch's words where it had some.
+ */
+export function markedOutcomeUnknown(answer: Answer, idempotencyKey: string): JsonObject {
+  const marker = outcomeUnknownData(idempotencyKey);
+  if (!answer.threw) {
+    const meta = answer.result._meta;
+    const kept = typeof meta === 'object' && meta !== null ? meta : {};
+    return { ...answer.result, _meta: { ...kept, [OUTCOME_META_KEY]: marker } };
+  }
+  const { message } = answer.stored.error;
+  throw idempotencyError(marker.type, message || Messages.outcomeUnknownAnswer, idempotencyKey);
 }

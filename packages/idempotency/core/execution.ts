@@ -1,5 +1,11 @@
-// --- The other hop: the call's identity, handed to the tool that calls a provider ---
+// --- Around one execution: what the guard does beside the SEP while a tool runs ---
 //
+// The guard (guard.ts) decides; this file is the seam around the one execution it allows: the
+// tool runs in an execution context (its provider key, the record's transaction), its claim's
+// lease is renewed while it runs, and what it answers, returned or thrown, is captured for the
+// record. A server author changing what surrounds a tool call changes this file, not the algorithm.
+//
+// The other hop: the call's identity, handed to the tool that calls a provider.
 // The guard makes a keyed `tools/call` execute at most once per record. It cannot make the
 // tool's own call to a payment provider safe: that call crosses another network, where a reset
 // socket or a 502 after the provider committed leaves the server as blind as a client that lost
@@ -20,6 +26,93 @@
 
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { hash, randomUUID } from 'node:crypto';
+import type {
+  ClaimTicket,
+  IdempotencyStore,
+  JsonObject,
+  StoredResponse,
+  WireError,
+} from '../stores/contract.js';
+import { INTERNAL_ERROR, Messages } from './errors.js';
+import type { GuardSettings } from './options.js';
+import type { Caller } from './scope.js';
+
+/** The server's own `tools/call` dispatch: parse, run the tool, answer (or throw a JSON-RPC error). */
+export type Dispatch = () => Promise<JsonObject>;
+
+/** What the dispatch answered, returned or thrown, and the response a store keeps of it. */
+export type Answer =
+  | { threw: false; result: JsonObject; stored: StoredResponse }
+  | { threw: true; error: unknown; stored: { error: WireError } };
+
+/**
+ * Runs a claimed call's dispatch once, in an execution context naming its record (its provider's
+ * key, and the store's transaction should the tool write where the record lives), with the claim's
+ * lease renewed while it runs: a live call never loses its claim, however long it takes.
+ */
+export async function aroundExecution(
+  call: { id: { scope: string; idempotencyKey: string }; tool: unknown; ticket: ClaimTicket },
+  dispatch: Dispatch,
+  settings: GuardSettings,
+  signal: AbortSignal | undefined,
+): Promise<{ answer: Answer; execution: ToolExecution }> {
+  const { store } = settings;
+  const { begin } = store;
+  const execution = new ToolExecution(
+    call.id.scope,
+    typeof call.tool === 'string' ? call.tool : '',
+    call.id.idempotencyKey,
+    begin && (() => begin.call(store, call.ticket)),
+  );
+  const answer = await settings.leases.whileRunning(call.ticket, () =>
+    capture(() => runExecution(execution, dispatch)),
+  );
+  // An error answered after the request was aborted is, as likely as not, the abort itself,
+  // reaching a tool that honours it mid-call (a provider call given the signal): whether its
+  // side effect happened is unknown. (Over HTTP the SDK fires the signal once the exchange ends,
+  // which is after this: a signal aborted now was aborted while the tool ran.)
+  if (signal?.aborted && (answer.threw || answer.result.isError === true))
+    execution.markOutcomeUnknown(Messages.cancelledMidCall);
+  return { answer, execution };
+}
+
+/**
+ * A call without a key: it executes, with provider keys of its own (unique to the execution, so a
+ * scope that cannot be told matters to none of them).
+ */
+export function runUnkeyed(tool: unknown, caller: Caller, settings: GuardSettings, dispatch: Dispatch) {
+  let scope = '';
+  try {
+    scope = settings.scopeOf(caller);
+  } catch {
+    // Only salts this execution's own provider keys.
+  }
+  return runExecution(new ToolExecution(scope, typeof tool === 'string' ? tool : ''), dispatch);
+}
+
+/** Runs the dispatch, catching a synchronous throw too: an SDK's own parse may throw before any promise exists. */
+async function capture(run: Dispatch): Promise<Answer> {
+  try {
+    const result = await run();
+    return { threw: false, result, stored: { result } };
+  } catch (error) {
+    return { threw: true, error, stored: { error: asWireError(error) } };
+  }
+}
+
+/** The error object both SDK lines' Protocol write for a thrown value: its code, message and data. */
+function asWireError(error: unknown): WireError {
+  const field = (name: string): unknown =>
+    typeof error === 'object' && error !== null ? Reflect.get(error, name) : undefined;
+  const code = field('code');
+  const message = field('message');
+  const data = field('data');
+  return {
+    code: typeof code === 'number' && Number.isSafeInteger(code) ? code : INTERNAL_ERROR,
+    message: typeof message === 'string' ? message : 'Internal error',
+    ...(data !== undefined && { data }),
+  };
+}
 
 /** What the guard knows of one execution of a tool, for the tool's outbound calls. */
 export class ToolExecution {
@@ -51,7 +144,7 @@ export class ToolExecution {
     if (!this.begin) return undefined;
     this.begun ??= this.begin().catch((error: unknown) => {
       // Nothing the tool meant to write there was written: the guard records nothing of this
-      // execution and answers that the store is unavailable (see `settlementOf` in record.ts).
+      // execution and answers that the store is unavailable (see `settlementOf` in guard.ts).
       this.failedStore = error ?? new Error('the store failed to begin a transaction');
       throw error;
     });
@@ -76,7 +169,6 @@ export class ToolExecution {
     const origin =
       this.idempotencyKey === undefined ? ['execution', this.unkeyedSeed()] : ['mcp', this.idempotencyKey];
     // JSON of an array of strings is an unambiguous encoding: no two tuples give one string.
-    // (The one-shot `hash` costs about half of a `createHash` chain for an input this small.)
     const tuple = JSON.stringify([PROVIDER_KEY_VERSION, this.scope, ...origin, this.tool, operation]);
     return `${PROVIDER_KEY_PREFIX}${hash('sha256', tuple, 'base64url')}`;
   }
@@ -105,8 +197,8 @@ export class ToolExecution {
 
 /**
  * With a count of executions, what makes an unkeyed execution's seed unique: random once per
- * process, so no two processes (nor one restarted) count from the same place. A UUID per
- * execution cost a call into the CSPRNG every time, a third of the key's cost.
+ * process, so no two processes (nor one restarted) count from the same place, with no call into
+ * the CSPRNG per execution.
  */
 const PROCESS_NONCE = randomUUID();
 let unkeyedExecutions = 0;
@@ -152,4 +244,55 @@ export function continuationBinding(): string {
  */
 export function providerKey(operation: string): string {
   return currentExecution()?.providerKey(operation) ?? `${PROVIDER_KEY_PREFIX}${randomUUID()}`;
+}
+
+// --- Lease renewal: a live call never loses its claim ---
+
+/**
+ * Renews the lease of every claim whose call is still running, every third of the lease, so only
+ * the claim of a process that died (or froze) expires and frees its key for a retry. A third: two
+ * renewals in a row can fail (a store blip) before a live claim would expire. A failed renewal is
+ * not the caller's problem: the next one may succeed, and at worst the lease runs out, as it would
+ * with no renewal at all.
+ * One timer for all of a guard's calls, not one per call: a claim joins a set and leaves it, with
+ * no Timeout of its own. Its first renewal comes within a third of the lease; a call shorter than
+ * that is renewed only if a tick falls inside it.
+ */
+export class LeaseRenewals {
+  private readonly running = new Set<ClaimTicket>();
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly store: IdempotencyStore,
+    private readonly leaseMs: number,
+  ) {}
+
+  private add(ticket: ClaimTicket): void {
+    this.running.add(ticket);
+    if (this.timer) return;
+    this.timer = setInterval(() => this.renewAll(), this.leaseMs / 3);
+    // A running call keeps the process alive by itself; its renewal timer must not.
+    this.timer.unref();
+  }
+
+  /** Runs `run` with `ticket`'s lease renewed until it ends. */
+  async whileRunning<T>(ticket: ClaimTicket, run: () => Promise<T>): Promise<T> {
+    this.add(ticket);
+    try {
+      return await run();
+    } finally {
+      this.running.delete(ticket);
+    }
+  }
+
+  private renewAll(): void {
+    // Stopped at a tick with nothing to renew, not when the last call ends: calls one after
+    // another would otherwise start and stop it each time.
+    if (this.running.size === 0) {
+      clearInterval(this.timer);
+      this.timer = undefined;
+      return;
+    }
+    for (const ticket of this.running) this.store.renew(ticket, this.leaseMs).catch(() => {});
+  }
 }

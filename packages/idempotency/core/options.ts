@@ -6,7 +6,7 @@
 import { type IdempotencyStore, MAX_RETENTION_MS } from '../stores/contract.js';
 import type { DecisionEvent } from './decisions.js';
 import { Messages } from './errors.js';
-import { LeaseRenewals } from './leases.js';
+import { LeaseRenewals } from './execution.js';
 import { type Caller, principalScope } from './scope.js';
 
 /**

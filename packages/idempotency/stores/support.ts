@@ -10,8 +10,10 @@
 
 import {
   type Claim,
+  type ClaimTicket,
   DEFAULT_MAX_BYTES_PER_SCOPE,
   DEFAULT_MAX_RECORDS_PER_SCOPE,
+  type IdempotencyStore,
   MAX_RETENTION_MS,
   type StoredResponse,
   StoreUnavailableError,
@@ -147,4 +149,32 @@ function storedResponseOf(value: unknown): StoredResponse | undefined {
 
 export function isPlainObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/**
+ * Releases the claim of a call that recorded nothing. If the store fails to, the release is tried
+ * again in the background, backing off from 100 ms to 5 s, until it succeeds or the lease would
+ * have ended anyway: a claim left standing after a short store stall would answer every retry "in
+ * progress" for the rest of its lease, though nothing holds it.
+ */
+export async function releaseSoon(
+  store: IdempotencyStore,
+  ticket: ClaimTicket,
+  leaseMs: number,
+): Promise<boolean> {
+  try {
+    return await store.release(ticket);
+  } catch (error) {
+    const deadline = performance.now() + leaseMs;
+    const retry = (delayMs: number) => {
+      if (performance.now() + delayMs >= deadline) return;
+      // A process with nothing else to do may exit: its claim then ends with its lease.
+      setTimeout(
+        () => store.release(ticket).catch(() => retry(Math.min(delayMs * 2, 5_000))),
+        delayMs,
+      ).unref();
+    };
+    retry(100);
+    throw error;
+  }
 }
