@@ -28,6 +28,7 @@ import {
   type IdempotencyStore,
   principalScope,
   providerKey,
+  scopeWithin,
 } from 'mcp-request-idempotency';
 import { installIdempotencyGuard, verifyGuardSeesKeys } from 'mcp-request-idempotency/sdk-v2';
 import { z } from 'zod';
@@ -94,7 +95,7 @@ export type DemoScope = (typeof DEMO_SCOPES)[keyof typeof DEMO_SCOPES];
 export function demoScopeOf(caller: Caller): string {
   const scope = principalScope(caller);
   const granted = caller.authInfo?.scopes;
-  return granted?.every((s) => s === DEMO_SCOPES.read) ? `${scope}:read-only` : scope;
+  return granted?.every((s) => s === DEMO_SCOPES.read) ? scopeWithin(scope, 'read-only') : scope;
 }
 
 /**

@@ -12,7 +12,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Client, InMemoryTransport } from '@modelcontextprotocol/client';
-import { hostHeaderValidation, originValidation, requireBearerAuth } from '@modelcontextprotocol/express';
+import { hostHeaderValidation, requireBearerAuth } from '@modelcontextprotocol/express';
 import { type NodeIncomingMessageLike, toNodeHandler } from '@modelcontextprotocol/node';
 import {
   type AuthInfo,
@@ -21,7 +21,6 @@ import {
   type McpServer,
   OAuthError,
   OAuthErrorCode,
-  validateOriginHeader,
 } from '@modelcontextprotocol/server';
 import express, { type ErrorRequestHandler, type Request, type RequestHandler, type Response } from 'express';
 import type { RequestSpans } from './telemetry.js';
@@ -148,12 +147,8 @@ export async function startHttpServer(options: HttpServerOptions): Promise<Runni
   // DNS-rebinding protection (the MCP transport: servers MUST validate Origin): a page whose name
   // was rebound to this server's address sends that name as its Host, and its own as its Origin.
   const allowedHosts = options.allowedHosts ?? allowedHostsOf(options.host);
-  if (allowedHosts) {
-    app.use(hostHeaderValidation([...allowedHosts]));
-    app.use(originValidation([...allowedHosts]));
-  } else {
-    app.use(sameHostOrigin);
-  }
+  if (allowedHosts) app.use(hostHeaderValidation([...allowedHosts]));
+  app.use(sameOrigin);
   if (options.bearerTokens) {
     app.use('/mcp', requireBearerAuth({ verifier: tokenVerifier(options.bearerTokens) }));
   }
@@ -271,15 +266,29 @@ const oneWellFormedHost: RequestHandler = (req, res, next) => {
 };
 
 /**
- * With no names to check a Host against, a browser's request must at least come from a page of
- * the host it was sent to: a page elsewhere cannot post to this server (cross-site requests).
+ * A browser's request must come from a page of this server's own origin: the scheme, host and port
+ * it was sent to, as its Host names them (a name the Host check above allowed, when the names are
+ * known). A page of another port on the same host is another program (a dev server, a local
+ * app's UI), and one of another host is another site: neither may post here. The scheme is http,
+ * or https where a TLS proxy in front forwards the Host; the port is the Host's, or the scheme's
+ * default where it names none. A request without an Origin is not a browser's cross-site one.
  */
-const sameHostOrigin: RequestHandler = (req, res, next) => {
-  const host = URL.canParse(`http://${req.headers.host}`) ? new URL(`http://${req.headers.host}`) : undefined;
-  const checked = validateOriginHeader(req.headers.origin, host ? [host.hostname] : []);
-  if (checked.ok) return next();
-  res.status(403).json(jsonRpcError(-32000, checked.message));
+const sameOrigin: RequestHandler = (req, res, next) => {
+  const { origin } = req.headers;
+  if (origin === undefined || origin === '') return next();
+  if (URL.canParse(origin) && ownOrigins(req.headers.host).has(new URL(origin).origin)) return next();
+  res.status(403).json(jsonRpcError(-32000, `Invalid Origin: ${origin} is not this server's origin`));
 };
+
+/** The origins a request addressed to `host` (its Host header) may come from, as URLs write them. */
+function ownOrigins(host: string | undefined): Set<string> {
+  const origins = new Set<string>();
+  for (const scheme of ['http:', 'https:']) {
+    const url = `${scheme}//${host}`;
+    if (host !== undefined && URL.canParse(url)) origins.add(new URL(url).origin);
+  }
+  return origins;
+}
 
 function addressOf(address: string | AddressInfo | null): AddressInfo {
   if (address === null || typeof address === 'string') throw new Error(`not listening on TCP: ${address}`);

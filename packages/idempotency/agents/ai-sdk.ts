@@ -9,9 +9,10 @@
 // the key of its tool call), and the MCP client takes a `fetch` in its HTTP transport options or
 // any transport object (the wire wrappers write the key in). Nothing here imports the AI SDK.
 
-import { fingerprintToolCall } from '../core/fingerprint.js';
 import { type AgentToolCall, type ExecutableTool, type Warn, withKeyedExecutions } from './call.js';
+import { digestOfModelInput } from './digest.js';
 
+export { UndigestibleMessageError } from './digest.js';
 export { fetchWithIdempotencyKeys, transportWithIdempotencyKeys, type WireOptions } from './wire.js';
 
 /** What the AI SDK gives a tool's `execute`, as far as the key needs it. */
@@ -23,10 +24,16 @@ interface ExecutionOptions {
 
 export interface AiSdkKeyOptions {
   /**
-   * The conversation these tool calls belong to: your chat's id, the same wherever its tool calls
-   * may run again (a re-sent conversation, a resumed approval); or a new UUID for each run that
-   * has none. Never one value for unrelated runs: providers that number their tool-call ids
-   * (`call_0`, …) would give two of them one key, and the second call would get the first's answer.
+   * The conversation these tool calls belong to, and where you decide what a conversation sent
+   * again does: the chat's id and the id of the user message the turn answers
+   * (`${chatId}:${message.id}`), the same wherever the turn's tool calls may run again (a retried
+   * request, a resumed approval); or a new UUID for each run that has none. Never one value for
+   * unrelated runs: providers that number their tool-call ids (`call_0`, …) would give two of them
+   * one key, and the second call would get the first's answer.
+   *
+   * A turn sent again replays only with a provider whose tool-call ids are deterministic: with random
+   * ones (most hosted APIs), the model's new response has new ids, so new keys, and its calls
+   * execute again, whatever this is. Answer a retried request from the turn's stored result instead.
    */
   thread: string;
   /** Told once if a tool call went out without a key (no wrapped fetch or transport saw it). */
@@ -58,12 +65,13 @@ export function withIdempotencyKeys<TOOLS extends { [K in keyof TOOLS]: Executab
 
 /**
  * The model's response, told apart by what was sent to it: the AI SDK gives the tool no id of the
- * response. Its count alone is not enough: each `generateText({ prompt })` sends one message, so
+ * response. Their count alone is not enough: each `generateText({ prompt })` sends one message, so
  * two turns of one chat would share a key and the second charge would replay the first's answer.
- * A digest of the messages (RFC 8785, as the guard's fingerprint) is the same when the same turn
- * is sent again, and differs with any other prompt or history. (Their count, should they not be JSON.)
+ * The digest (digest.ts) is the same when the same turn is sent again, whatever form its attached
+ * files took (bytes, base64, a data URL), and differs with anything else the model was sent; it
+ * throws, and the call is not made, for a value it cannot write, rather than fall back to a digest
+ * two turns could share.
  */
 function responseOf(messages: readonly unknown[]): string {
-  const digest = fingerprintToolCall('messages sent to the model', messages);
-  return digest.ok ? digest.fingerprint : String(messages.length);
+  return digestOfModelInput(messages);
 }

@@ -23,8 +23,9 @@ export interface AgentToolCall {
    */
   thread: string;
   /**
-   * Which of the model's responses in that thread issued the call (its id, or its position), for
-   * the same reason: the next response may number its calls from `call_0` again.
+   * Which of the model's responses in that thread issued the call (its id, or what the model saw
+   * for it: agents/digest.ts), for the same reason: the next response may number its calls from
+   * `call_0` again.
    */
   response: string;
   /** The tool, as the framework names it to the model. */
@@ -75,6 +76,8 @@ export const AgentKeyWarnings = {
     `The MCP server ${server} does not advertise capabilities.tools.idempotency: tool calls go to it without an idempotencyKey, as before, and a retry of one may execute it again.`,
   unseen: (tool: string) =>
     `The tools/call of ${tool} went out without passing fetchWithIdempotencyKeys or transportWithIdempotencyKeys, so it carried no idempotencyKey and a retry of it may execute it again: give the MCP client one of them.`,
+  stepUnseen: (tool: string) =>
+    `The tool call of ${tool} ran outside a step idempotencyKeyProcessor() saw (it is not among the agent's inputProcessors, the tool was given the agent under another name, or the run was resumed in a process that had not run that step), so it went without an idempotencyKey and a retry of it may execute it again.`,
 } as const;
 
 export type Warn = (message: string) => void;
@@ -119,12 +122,13 @@ export interface ExecutableTool<Context> {
 
 /**
  * A copy of `tools` whose every `execute` runs with the key of its tool call, the one `callOf`
- * tells from the execution context (none: the tool runs as before, unkeyed). For frameworks whose
- * tools are plain objects; a tool without `execute` is run by the application and sends nothing.
+ * tells from the execution context and the tool (none: the tool runs as before, unkeyed; a throw:
+ * the tool call fails, unsent). For frameworks whose tools are plain objects; a tool without
+ * `execute` is run by the application and sends nothing.
  */
 export function withKeyedExecutions<TOOLS extends { [K in keyof TOOLS]: ExecutableTool<Context> }, Context>(
   tools: TOOLS,
-  callOf: (tool: string, context: Context) => AgentToolCall | undefined,
+  callOf: (tool: string, context: Context, definition: ExecutableTool<Context>) => AgentToolCall | undefined,
   onWarning?: Warn,
 ): TOOLS {
   const warn = onceEach(onWarning);
@@ -138,14 +142,16 @@ export function withKeyedExecutions<TOOLS extends { [K in keyof TOOLS]: Executab
 function withKeyedExecution<T extends ExecutableTool<Context>, Context>(
   tool: T,
   name: string,
-  callOf: (tool: string, context: Context) => AgentToolCall | undefined,
+  callOf: (tool: string, context: Context, definition: ExecutableTool<Context>) => AgentToolCall | undefined,
   warn: Warn,
 ): T {
   const { execute } = tool;
   if (!execute) return tool;
   return Object.assign({}, tool, {
-    execute: (input: never, context: Context) => {
-      const call = callOf(name, context);
+    // Async, so a call whose key cannot be derived (callOf throws) is a failed execution, as the
+    // framework reports any other, and is never sent.
+    execute: async (input: never, context: Context) => {
+      const call = callOf(name, context, tool);
       const run = async () => execute.call(tool, input, context);
       return call === undefined ? run() : runWithToolCallKey(call, run, warn);
     },

@@ -75,6 +75,16 @@ export function principalScope(caller: Caller): string {
     : `issuer-principal:${JSON.stringify([issuer, principal])}`;
 }
 
+/**
+ * A scope of its own inside `scope`, named `part`: for a server that keeps some of a principal's
+ * calls apart from the rest (a read-only token's, say), so they never replay to its other calls.
+ * JSON, so no scope and part can be read as another pair (a subject ending in `:read-only` is not
+ * another principal's read-only part); a prefix no `principalScope` has.
+ */
+export function scopeWithin(scope: string, part: string): string {
+  return `within:${JSON.stringify([scope, part])}`;
+}
+
 /** Thrown by a `scopeOf` that cannot tell the caller's scope; the guard fails the keyed call closed. */
 export class ScopeUnknownError extends Error {
   override readonly name = 'ScopeUnknownError';

@@ -2,7 +2,9 @@
 // server's tools, its model scripted with the SDK's own MockLanguageModelV4: one `charge_guarded`
 // of 100 (tool-call id `call_1`), then a sentence. The MCP client retries a failed tools/call
 // twice (`maxRetries: 2`). With `keyed`, the tools and the client's fetch or transport get
-// mcp-request-idempotency/ai-sdk; without, the framework is as it comes.
+// mcp-request-idempotency/ai-sdk; without, the framework is as it comes. With `invoices`, each
+// run's one message is the same sentence with an invoice attached, read as `blob.arrayBuffer()`
+// reads it: the turns differ only in their attachment.
 //
 // Run on Node 24 by agent-process.ts: `tsx test/interop/support/ai-sdk-agent.ts '<AiSdkRun as JSON>'`.
 // Prints an AiSdkResult as one JSON line.
@@ -27,6 +29,8 @@ export interface AiSdkRun {
   thread: string;
   /** How many times the same turn is run (a conversation sent again). */
   runs: number;
+  /** The text of each run's attached invoice (a file part whose data is an ArrayBuffer), if any. */
+  invoices?: string[];
 }
 
 export interface AiSdkResult {
@@ -101,11 +105,28 @@ async function main(run: AiSdkRun): Promise<AiSdkResult> {
     const tools = run.keyed ? withIdempotencyKeys(mcpTools, { thread: run.thread, onWarning }) : mcpTools;
     const answers: string[] = [];
     for (let i = 0; i < run.runs; i++) {
+      const invoice = run.invoices?.[i];
       const { steps } = await generateText({
         model: scriptedModel(),
         tools,
-        prompt: 'Charge 100.',
         stopWhen: stepCountIs(3),
+        ...(invoice === undefined
+          ? { prompt: 'Charge 100.' }
+          : {
+              messages: [
+                {
+                  role: 'user' as const,
+                  content: [
+                    { type: 'text' as const, text: 'Charge the invoice attached.' },
+                    {
+                      type: 'file' as const,
+                      mediaType: 'text/plain',
+                      data: await new Blob([invoice]).arrayBuffer(),
+                    },
+                  ],
+                },
+              ],
+            }),
       });
       for (const part of steps.flatMap((step) => step.content)) {
         if (part.type === 'tool-result') answers.push(JSON.stringify(part.output));

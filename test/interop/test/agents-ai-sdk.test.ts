@@ -2,7 +2,8 @@
 // with the SDK's MockLanguageModelV4 (support/ai-sdk-agent.ts, run on Node 24: the SDK's current
 // release needs Node 22). Its MCP client retries a tools/call whose answer was lost: without
 // mcp-request-idempotency/ai-sdk and with it, executions counted on the ledger, every attempt's
-// key read off the wire.
+// key read off the wire. And two turns the user means, differing only in an attached file: two
+// keys, two charges.
 
 import { checkIdempotencyKey } from 'mcp-request-idempotency';
 import { describe, expect, it } from 'vitest';
@@ -69,6 +70,65 @@ describe('over stdio, through the wrapped transport', () => {
       expect(checkIdempotencyKey(sentKeys[0]).ok).toBe(true);
       expect(answers).toHaveLength(2);
       expect(answers[1]).toBe(answers[0]);
+    },
+    AGENT_RUN_TIMEOUT_MS,
+  );
+});
+
+describe('two turns of one chat that differ only in their attached invoice, an ArrayBuffer', () => {
+  it(
+    'without the adapter, both charges execute: 200',
+    async () => {
+      const proxy = await bed.proxy();
+      await runAiSdk({
+        endpoint: { url: proxy.url.href },
+        keyed: false,
+        thread: 'chat-1',
+        runs: 2,
+        invoices: ['Invoice 1: 100', 'Invoice 2: 100'],
+      });
+      expect(await bed.balance()).toBe(200);
+      expect(chargeKeys(proxy)).toStrictEqual([undefined, undefined]);
+    },
+    AGENT_RUN_TIMEOUT_MS,
+  );
+
+  it(
+    'get a key each: both charges execute, 200, not the second answered with the first’s result',
+    async () => {
+      const proxy = await bed.proxy();
+      const { answers, warnings } = await runAiSdk({
+        endpoint: { url: proxy.url.href },
+        keyed: true,
+        thread: 'chat-1',
+        runs: 2,
+        invoices: ['Invoice 1: 100', 'Invoice 2: 100'],
+      });
+      expect(await bed.balance()).toBe(200);
+      const [first, second] = chargeKeys(proxy);
+      expect(checkIdempotencyKey(first).ok).toBe(true);
+      expect(second).not.toBe(first);
+      expect(answers.join()).toContain('New balance: 200');
+      expect(warnings).toStrictEqual([]);
+    },
+    AGENT_RUN_TIMEOUT_MS,
+  );
+
+  it(
+    'the same turn, the same invoice, sent again: one key, one charge',
+    async () => {
+      const proxy = await bed.proxy();
+      await runAiSdk({
+        endpoint: { url: proxy.url.href },
+        keyed: true,
+        thread: 'chat-1',
+        runs: 2,
+        invoices: ['Invoice 1: 100', 'Invoice 1: 100'],
+      });
+      expect(await bed.balance()).toBe(100);
+      const [first, second] = chargeKeys(proxy);
+      expect(checkIdempotencyKey(first).ok).toBe(true);
+      expect(second).toBe(first);
     },
     AGENT_RUN_TIMEOUT_MS,
   );
