@@ -326,7 +326,7 @@ function isExecutable(path: string): boolean {
 }
 
 /** The uid and gid of `user`, from `id` (Node has no getpwnam). */
-async function userIds(user: string): Promise<{ uid: number; gid: number }> {
+export async function userIds(user: string): Promise<{ uid: number; gid: number }> {
   const read = (flag: string) =>
     new Promise<number>((resolve, reject) => {
       execFile('id', [flag, user], (error, stdout) => {
@@ -389,7 +389,7 @@ async function accepts(url: string): Promise<boolean> {
 }
 
 /** Asks the OS for a free loopback port. Another process could take it before Postgres binds; rare enough. */
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   const server = createServer();
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
