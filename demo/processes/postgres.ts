@@ -52,7 +52,9 @@ export interface TestPostgres {
   restart(): Promise<void>;
   /**
    * The statements Postgres received from sessions named `applicationName` while `action` ran,
-   * as its log shows them (log_statement = all): one per round trip. Owned clusters only.
+   * as its log shows them (log_statement = all): one per round trip. Owned clusters only. A new
+   * pooled connection's settings (the store's `SESSION_SETTINGS`) are left out: they go ahead of
+   * its first statement, pipelined, and cost no round trip of their own.
    */
   statementsDuring<T>(
     applicationName: string,
@@ -253,7 +255,8 @@ class PrivateCluster {
       .split('\n')
       .flatMap((line) => {
         const [, name, text] = /^([^|]*)\|\d+\| LOG: {2}(?:statement|execute [^:]*): (.*)$/.exec(line) ?? [];
-        return name === applicationName && text !== undefined ? [text] : [];
+        const settings = text?.startsWith("SELECT set_config('statement_timeout'");
+        return name === applicationName && text !== undefined && !settings ? [text] : [];
       });
     return { statements, value };
   }

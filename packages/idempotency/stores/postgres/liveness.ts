@@ -234,6 +234,7 @@ export class Liveness {
       this.open(session).then(
         () => this.checkLater(session),
         (error: unknown) => {
+          if (this.closing) return;
           this.options.onError(error);
           this.reconnect(session, attempt + 1);
         },

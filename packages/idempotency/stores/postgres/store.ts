@@ -234,6 +234,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       options.reapIntervalMs ?? DEFAULT_POSTGRES_REAP_INTERVAL_MS,
     );
     const applicationName = options.applicationName ?? DEFAULT_POSTGRES_APPLICATION_NAME;
+    const onError = options.onError ?? (() => {});
     // No start-up parameter but the application name, which PgBouncer knows: the statement
     // timeout and the rest are set once connected (see SESSION_SETTINGS).
     const pool = new pg.Pool({
@@ -247,12 +248,13 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       max: options.maxConnections ?? DEFAULT_POSTGRES_MAX_CONNECTIONS,
       // Bounds both a new connection and the wait for a free one: the guard must answer now.
       connectionTimeoutMillis: statementTimeoutMs,
-      // Before the connection serves anything; a failure ends it, and fails what waited for it.
-      onConnect: async (client) => {
-        await client.query(SESSION_SETTINGS, [String(statementTimeoutMs)]);
+      // Queued ahead of the connection's first statement, not waited for: the connection is
+      // pipelined, so the settings ride with that statement and cost no round trip of their own.
+      // One that fails is a broken connection, whose next statement fails too.
+      onConnect: (client) => {
+        client.query(SESSION_SETTINGS, [String(statementTimeoutMs)]).catch(onError);
       },
     });
-    const onError = options.onError ?? (() => {});
     // An idle pooled connection that breaks (Postgres restarted) is reported here; with no
     // listener the EventEmitter would throw, and take the whole server down with Postgres.
     pool.on('error', onError);
