@@ -5,8 +5,9 @@
 // cell executes the charge once, or the store refuses to start there, saying which setting and
 // what to do.
 
-import type { ChildProcess } from 'node:child_process';
+import { type ChildProcess, execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
   createToolCallGuard,
@@ -17,13 +18,13 @@ import {
 } from 'mcp-request-idempotency';
 import {
   type PostgresConnectOptions,
+  PostgresEnvironmentError,
   PostgresIdempotencyStore,
   type PostgresStoreOptions,
-  SHARED_SESSIONS_REFUSAL,
 } from 'mcp-request-idempotency/postgres';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../demo/processes/bounds.js';
+import { POSTGRES_STATEMENT_TIMEOUT_MS, START_TIMEOUT_MS } from '../demo/processes/bounds.js';
 import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../demo/processes/postgres.js';
 import { waitUntil } from '../demo/processes/redis.js';
 import {
@@ -46,6 +47,7 @@ const cluster = postgres?.owned ? postgres : undefined;
 if (cluster && !pgBouncerInstalled()) console.warn(PGBOUNCER_SKIP_REASON);
 const canBounce = cluster !== undefined && pgBouncerInstalled();
 
+const ROOT = join(import.meta.dirname, '..');
 const prefix = uniqueTablePrefix('env');
 const stores: PostgresIdempotencyStore[] = [];
 const closers: Array<() => Promise<void>> = [];
@@ -182,17 +184,24 @@ async function takeoverAfterKill(url: string): Promise<number> {
   return claimedAfterMs;
 }
 
-/** The message a store refuses to start with, behind `connect`'s StoreUnavailableError. */
-async function refusalOf(connecting: Promise<unknown>): Promise<string> {
-  const error = await connecting.then(
-    () => {
-      throw new Error('the store started');
-    },
+/** The line a store refuses a pooler that shares server sessions with. */
+function sharedSessionsRefusal(url: string): string {
+  return (
+    `Postgres at ${new URL(url).host} shares its server sessions between clients, so the store cannot ` +
+    'tell a live holder from a dead one: a pooler in transaction or statement pooling, or one that ' +
+    "keeps a session for the next client without DISCARD ALL; set pool_mode = session for the store's " +
+    'database or user (with server_reset_query = DISCARD ALL, the default), or connect to Postgres directly'
+  );
+}
+
+/** What a store refused with: at start, its own error; a claim, the refusal behind StoreUnavailableError. */
+async function refusalOf(refusing: Promise<unknown>): Promise<unknown> {
+  const error = await refusing.then(
+    () => 'not refused',
     (error: unknown) => error,
   );
-  expect(error).toBeInstanceOf(StoreUnavailableError);
-  const cause = error instanceof Error ? error.cause : undefined;
-  return cause instanceof Error ? cause.message : String(cause);
+  const refusal = error instanceof StoreUnavailableError ? error.cause : error;
+  return refusal instanceof PostgresEnvironmentError ? refusal.message : error;
 }
 
 describe.skipIf(!cluster)('straight to Postgres', () => {
@@ -292,7 +301,9 @@ describe.skipIf(!canBounce)('through PgBouncer, transaction pooling', () => {
           await client.end();
         }),
       );
-      expect(await refusalOf(openStore(bouncer.url))).toBe(SHARED_SESSIONS_REFUSAL);
+      // Refused at start: not unavailable (retrying cannot help), but this error of its own.
+      await expect(openStore(bouncer.url)).rejects.toBeInstanceOf(PostgresEnvironmentError);
+      expect(await refusalOf(openStore(bouncer.url))).toBe(sharedSessionsRefusal(bouncer.url));
     });
   }
 
@@ -304,16 +315,12 @@ describe.skipIf(!canBounce)('through PgBouncer, transaction pooling', () => {
 
     await bouncer.reload({ pool_mode: 'transaction' });
 
-    await waitUntil(async () => {
-      const refused = await store.claim(newId(), 'fingerprint', 120_000).then(
-        () => undefined,
-        (error: unknown) => error,
-      );
-      return refused instanceof StoreUnavailableError && refused.cause instanceof Error
-        ? refused.cause.message === SHARED_SESSIONS_REFUSAL
-        : false;
-    }, 10_000);
-    expect(errors).toContainEqual(new Error(SHARED_SESSIONS_REFUSAL));
+    const refusal = sharedSessionsRefusal(bouncer.url);
+    await waitUntil(
+      async () => (await refusalOf(store.claim(newId(), 'fingerprint', 120_000))) === refusal,
+      10_000,
+    );
+    expect(errors).toContainEqual(new PostgresEnvironmentError(refusal));
   });
 
   it('refuses the store from the first claim that runs on a liveness session’s backend', async () => {
@@ -321,9 +328,35 @@ describe.skipIf(!canBounce)('through PgBouncer, transaction pooling', () => {
     // The one pooled connection marked as a liveness session's, as a sharing pooler leaves it.
     await store.pool.query("SELECT set_config('sep3182.liveness', '1', false)");
 
-    expect(await refusalOf(store.claim(newId(), 'fingerprint', 120_000))).toBe(SHARED_SESSIONS_REFUSAL);
+    const refusal = sharedSessionsRefusal(server().url);
+    expect(await refusalOf(store.claim(newId(), 'fingerprint', 120_000))).toBe(refusal);
     await store.pool.query("SELECT set_config('sep3182.liveness', '', false)");
-    expect(await refusalOf(store.claim(newId(), 'fingerprint', 120_000))).toBe(SHARED_SESSIONS_REFUSAL);
+    expect(await refusalOf(store.claim(newId(), 'fingerprint', 120_000))).toBe(refusal);
+  });
+});
+
+describe.skipIf(!canBounce)('the demo server through PgBouncer in transaction pooling', () => {
+  it('refuses to start, on one line that names the setting and the fix', async () => {
+    const bouncer = await pooler('transaction');
+    const argv = [
+      '--import',
+      'tsx',
+      join(ROOT, 'server.ts'),
+      '--store',
+      'postgres',
+      '--postgres-url',
+      bouncer.url,
+    ];
+    const run = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+      execFile(process.execPath, argv, { cwd: ROOT, timeout: START_TIMEOUT_MS }, (error, stdout, stderr) =>
+        resolve({ code: error ? (typeof error.code === 'number' ? error.code : null) : 0, stdout, stderr }),
+      );
+    });
+    expect(run).toStrictEqual({
+      code: 1,
+      stdout: '',
+      stderr: `server.ts: ${sharedSessionsRefusal(bouncer.url)}\n`,
+    });
   });
 });
 

@@ -47,12 +47,26 @@ const LIVENESS_SESSIONS = 2;
  */
 const IDENTITY_CHECK_INTERVAL_MS = 1_000;
 
-/** The one line a store refuses with behind a pooler that shares server sessions. */
-export const SHARED_SESSIONS_REFUSAL =
-  "the store's Postgres sessions are shared with other clients (a pooler in transaction or statement " +
-  'pooling, or one that keeps a session for the next client without DISCARD ALL): set pool_mode = session ' +
-  "for the store's database or user in pgbouncer.ini, with server_reset_query = DISCARD ALL (the default), " +
-  'or connect the store to Postgres directly';
+/**
+ * The store refuses this Postgres, or what stands between: the message is one line, naming the
+ * setting and the fix.
+ */
+export class PostgresEnvironmentError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'PostgresEnvironmentError';
+  }
+}
+
+/** The line a store refuses a pooler that shares server sessions with; `where` is its host and port. */
+function sharedSessions(where: string): PostgresEnvironmentError {
+  return new PostgresEnvironmentError(
+    `Postgres at ${where} shares its server sessions between clients, so the store cannot tell a ` +
+      'live holder from a dead one: a pooler in transaction or statement pooling, or one that keeps ' +
+      "a session for the next client without DISCARD ALL; set pool_mode = session for the store's " +
+      'database or user (with server_reset_query = DISCARD ALL, the default), or connect to Postgres directly',
+  );
+}
 
 /** What `SESSION_IDENTITY` (and, of it, `TAKE_LIVENESS_LOCK`) answers, unchecked. */
 type Identity = { pid?: unknown; mark?: unknown };
@@ -80,13 +94,15 @@ export class Liveness {
     pid: undefined,
     timer: undefined,
   }));
-  private refusal: Error | undefined;
+  private refusal: PostgresEnvironmentError | undefined;
   private closing = false;
+  /** Where the sessions connect (host and port, as the client resolved them), for the refusal. */
+  private where = '';
 
   constructor(private readonly options: LivenessOptions) {}
 
   /**
-   * Opens the sessions, each holding the lock, and refuses (rejects with `SHARED_SESSIONS_REFUSAL`)
+   * Opens the sessions, each holding the lock, and refuses (rejects with a `PostgresEnvironmentError`)
    * a pooler that shares server sessions. `pool` is the store's own, whose sessions must be others.
    * On a rejection, or to give up on a start that takes too long, `close`.
    */
@@ -105,7 +121,7 @@ export class Liveness {
   }
 
   /** Why every claim must be refused, once a pooler that shares server sessions has been seen. */
-  get refused(): Error | undefined {
+  get refused(): PostgresEnvironmentError | undefined {
     return this.refusal;
   }
 
@@ -118,9 +134,9 @@ export class Liveness {
    * Records that server sessions are shared (a check or a claim saw it while running): the store
    * refuses from now on, and the operator's log hears it once.
    */
-  refuse(): Error {
+  refuse(): PostgresEnvironmentError {
     if (!this.refusal) {
-      this.refusal = new Error(SHARED_SESSIONS_REFUSAL);
+      this.refusal = sharedSessions(this.where);
       this.options.onError(this.refusal);
       for (const session of this.sessions) clearTimeout(session.timer);
     }
@@ -146,6 +162,7 @@ export class Liveness {
     client.on('error', this.options.onError);
     try {
       await client.connect();
+      this.where = `${client.host}:${client.port}`;
       const timeout = String(this.options.statementTimeoutMs);
       await this.bounded(client.query(LIVENESS_SETTINGS, [timeout]));
       const { rows } = await this.bounded(client.query<Identity>(TAKE_LIVENESS_LOCK, [this.lock]));
@@ -173,7 +190,7 @@ export class Liveness {
    * the checks as the store runs, and every claim, see it then.
    */
   private async probePooling(pool: pg.Pool): Promise<void> {
-    const refusal = new Error(SHARED_SESSIONS_REFUSAL);
+    const refusal = sharedSessions(this.where);
     const pids = this.pids;
     if (new Set(pids).size !== pids.length) throw refusal;
     for (const session of this.sessions) if (!(await this.unchanged(session))) throw refusal;

@@ -90,7 +90,7 @@ import {
   scopeQuotasOf,
   withDeadline,
 } from '../support.js';
-import { Liveness } from './liveness.js';
+import { Liveness, PostgresEnvironmentError } from './liveness.js';
 import {
   CLAIM_LOST,
   checkedTablePrefix,
@@ -101,7 +101,7 @@ import {
   statementsOf,
 } from './sql.js';
 
-export { SHARED_SESSIONS_REFUSAL } from './liveness.js';
+export { PostgresEnvironmentError } from './liveness.js';
 export { checkedTablePrefix, migrationOf };
 
 /** Every table and function the store creates starts with this; see `migrationOf`. */
@@ -214,10 +214,10 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   /**
    * Connects a pool and the liveness sessions, and (unless `migrate: false`) creates the
    * schema. Rejects with `StoreUnavailableError` if Postgres does not answer within
-   * `connectTimeoutMs`, or if the store cannot be safe there (a pooler that shares sessions:
-   * its cause says which setting, and what to do). While Postgres is unreachable later on, every
-   * operation rejects within its statement timeout, and the store heals by itself once Postgres
-   * is back.
+   * `connectTimeoutMs`, or with `PostgresEnvironmentError` (one line: the setting and the fix) if
+   * the store cannot be safe there: a pooler that shares sessions. While Postgres is unreachable
+   * later on, every operation rejects within its statement timeout, and the store heals by itself
+   * once Postgres is back; one refused while running fails every claim closed with that line.
    */
   static async connect(
     connection: string | pg.ClientConfig,
@@ -280,6 +280,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       );
     } catch (error) {
       await store.close();
+      if (error instanceof PostgresEnvironmentError) throw error;
       throw new StoreUnavailableError(error);
     }
     store.reapEvery(reapIntervalMs);
