@@ -5,10 +5,8 @@
 // whose process died freed at once, records kept across a restart of Postgres itself, and failing
 // closed when Postgres is down or frozen.
 
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { type ClaimTicket, type RecordId, StoreUnavailableError } from 'mcp-request-idempotency';
 import {
   type PostgresConnectOptions,
@@ -24,6 +22,7 @@ import {
   uniqueTablePrefix,
 } from '../demo/processes/postgres.js';
 import { waitUntil } from '../demo/processes/redis.js';
+import { startHolder } from './support/postgres-holders.js';
 import {
   claimTicket,
   continuationTicket,
@@ -85,8 +84,8 @@ afterAll(async () => {
 
 /** The row behind a store's back, with what is left of its lease or retention in ms. */
 async function rowOf(id: RecordId) {
-  const { rows } = await server().admin.query<{ state: string; left_ms: number; holder_pid: number | null }>(
-    `SELECT state, holder_pid, (extract(epoch FROM expires_at - now()) * 1000)::float8 AS left_ms
+  const { rows } = await server().admin.query<{ state: string; left_ms: number; holder_lock: string | null }>(
+    `SELECT state, holder_lock::text, (extract(epoch FROM expires_at - now()) * 1000)::float8 AS left_ms
        FROM ${records} WHERE scope = $1 AND idempotency_key = $2 AND expires_at > now()`,
     [id.scope, id.idempotencyKey],
   );
@@ -511,42 +510,18 @@ describe.skipIf(!postgres || needsOwnServer)(
 );
 
 describe.skipIf(!postgres)('a dead holder is seen at once', () => {
-  const HOLDER = join(import.meta.dirname, 'support', 'postgres-holder.ts');
-
   /** A server process that claims `id` with `leaseMs` and runs on; resolves once it has claimed. */
-  async function holder(
-    id: RecordId,
-    leaseMs: number,
-  ): Promise<{ child: ChildProcess; livenessPid: number }> {
-    const child = spawn(
-      process.execPath,
-      ['--import', 'tsx', HOLDER, server().url, prefix, id.scope, id.idempotencyKey, String(leaseMs)],
-      { stdio: ['ignore', 'pipe', 'inherit'] },
-    );
-    children.push(child);
-    const stdout = child.stdout;
-    if (!stdout) throw new Error('no stdout from the holder');
-    const line = await new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error('the holder did not claim within 20 s')), 20_000);
-      createInterface({ input: stdout }).once('line', (text) => {
-        clearTimeout(timer);
-        resolve(text);
-      });
-      child.once('exit', (code) => reject(new Error(`the holder exited with ${code}`)));
-    });
-    const answer: unknown = JSON.parse(line);
-    expect(answer).toMatchObject({ state: 'claimed', pid: expect.any(Number) });
-    const livenessPid =
-      typeof answer === 'object' && answer !== null ? Reflect.get(answer, 'pid') : undefined;
-    if (typeof livenessPid !== 'number') throw new Error(line);
-    return { child, livenessPid };
+  async function holder(id: RecordId, leaseMs: number) {
+    const started = await startHolder(server().url, prefix, id, leaseMs);
+    children.push(started.child);
+    return started;
   }
 
   it('lets a claim take the key of a process killed mid-call within 1 s, though its lease had 120 s to run', async () => {
     const store = await openStore();
     const id = newId();
-    const { child, livenessPid } = await holder(id, LEASE_MS);
-    expect(await rowOf(id)).toMatchObject({ state: 'inProgress', holder_pid: livenessPid });
+    const { child, lock } = await holder(id, LEASE_MS);
+    expect(await rowOf(id)).toMatchObject({ state: 'inProgress', holder_lock: lock });
     expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toMatchObject({ state: 'inProgress' });
 
     const killed = performance.now();
@@ -596,31 +571,98 @@ describe.skipIf(!postgres)('a dead holder is seen at once', () => {
     );
   });
 
-  it('keeps the claims of a live store whose liveness session broke: it reconnects and re-stamps them', async () => {
+  it('keeps the claims of a live store while each of its liveness sessions ends in turn: the other holds its lock', async () => {
     const [holding, other] = await Promise.all([openStore(), openStore()]);
     const id = newId();
     await claimTicket(holding, id);
-    const before = holding.livenessSession?.pid;
+    const original = holding.livenessLock.pids;
 
-    await server().admin.query('SELECT pg_terminate_backend($1)', [before]);
-    await waitUntil(
-      async () => holding.livenessSession !== undefined && holding.livenessSession.pid !== before,
-    );
-    await waitUntil(async () => (await rowOf(id))?.holder_pid === holding.livenessSession?.pid);
+    for (const ending of original) {
+      // pg_terminate_backend returns once the signal is sent: waited for until the session is gone.
+      await server().admin.query('SELECT pg_terminate_backend($1)', [ending]);
+      await waitUntil(async () => {
+        const { rows } = await server().admin.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [
+          ending,
+        ]);
+        return rows.length === 0;
+      });
 
-    expect(await other.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
-      state: 'inProgress',
-      fingerprint: FINGERPRINT,
-    });
+      // At once, before the store has had time to reconnect the session that ended.
+      expect(await other.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
+        state: 'inProgress',
+        fingerprint: FINGERPRINT,
+      });
+      await waitUntil(async () => {
+        const pids = holding.livenessLock.pids;
+        return pids.length === 2 && !pids.includes(ending);
+      });
+    }
   });
 
-  it('stamps a claim with the live session when its liveness session broke while the claim was on its way', async () => {
+  it('migrates a table whose claims named their holder’s backend: that claim function goes, its running claims wait out their leases', async () => {
+    const own = uniqueTablePrefix('backends');
+    const { admin } = server();
+    try {
+      const store = await openStore({ tablePrefix: own });
+      // The earlier version's schema: a claim stamped with a backend, and a claim function reading it.
+      await admin.query(`ALTER TABLE ${own}records DROP COLUMN holder_lock, DROP COLUMN holder_epoch,
+          ADD COLUMN holder_pid integer, ADD COLUMN holder_started timestamptz`);
+      await admin.query(`CREATE FUNCTION ${own}claim(text, text, text, uuid, bigint, boolean, integer,
+          timestamptz, bigint, bigint) RETURNS TABLE (answer text, fingerprint text, response text)
+          LANGUAGE sql AS $$ SELECT 'claimed', NULL::text, NULL::text $$`);
+      const id = newId();
+      await admin.query(
+        `INSERT INTO ${own}records (scope, idempotency_key, state, fingerprint, expires_at, token, holder_pid, holder_started)
+         VALUES ($1, $2, 'inProgress', $3, now() + interval '1 minute', gen_random_uuid(), 1, now())`,
+        [id.scope, id.idempotencyKey, FINGERPRINT],
+      );
+
+      await store.migrate();
+
+      const columns = await admin.query(
+        `SELECT attname FROM pg_attribute WHERE attrelid = '${own}records'::regclass
+           AND attname LIKE 'holder%' AND NOT attisdropped ORDER BY attnum`,
+      );
+      expect(columns.rows).toStrictEqual([{ attname: 'holder_lock' }, { attname: 'holder_epoch' }]);
+      const claims = await admin.query(`SELECT pronargs FROM pg_proc WHERE proname = '${own}claim'`);
+      expect(claims.rows).toStrictEqual([{ pronargs: 9 }]);
+      expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
+        state: 'inProgress',
+        fingerprint: FINGERPRINT,
+      });
+    } finally {
+      await server().drop(own);
+    }
+  });
+
+  it('writes no claim stamped with a liveness lock no session holds: it would look dead at once', async () => {
+    const store = await openStore();
+    const id = newId();
+    const unheld = '4611686018427387904';
+
+    await expect(
+      server().admin.query(`SELECT * FROM ${prefix}claim($1, $2, $3, $4, $5, false, $6, 100, 1000000)`, [
+        id.scope,
+        id.idempotencyKey,
+        FINGERPRINT,
+        randomUUID(),
+        LEASE_MS,
+        unheld,
+      ]),
+    ).rejects.toMatchObject({ code: 'SEP01' });
+
+    expect(await rowOf(id)).toBeUndefined();
+    expect((await store.claim(id, FINGERPRINT, LEASE_MS)).state).toBe('claimed');
+  });
+
+  it('answers a claim on its way while every liveness session ends either claimed, and held, or failed closed with nothing written', async () => {
     // Generous statement bound: the claim waits behind its scope's lock on purpose.
     const [holding, other] = await Promise.all([openStore({ statementTimeoutMs: 15_000 }), openStore()]);
-    const id = newId(`restamp-${randomUUID()}`);
-    const before = holding.livenessSession?.pid;
+    const id = newId(`on-its-way-${randomUUID()}`);
+    const before = holding.livenessLock.pids;
     // The scope's lock, as every claim of the scope takes it: the claim below waits for it.
     const lock = await server().admin.connect();
+    let claimed: Awaited<ReturnType<PostgresIdempotencyStore['claim']>> | StoreUnavailableError;
     try {
       await lock.query('SELECT pg_advisory_lock(hashtext($1), hashtext($2))', [prefix, id.scope]);
       const claiming = holding.claim(id, FINGERPRINT, LEASE_MS);
@@ -630,24 +672,52 @@ describe.skipIf(!postgres)('a dead holder is seen at once', () => {
         );
         return rows.length > 0;
       });
-      // The liveness session ends while the claim waits; the store reconnects and re-stamps
-      // what it holds before the claim's row exists.
-      await server().admin.query('SELECT pg_terminate_backend($1)', [before]);
-      await waitUntil(
-        async () => holding.livenessSession !== undefined && holding.livenessSession.pid !== before,
-      );
+      // Every liveness session ends while the claim waits; the claim goes on as they reconnect.
+      await server().admin.query('SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid', [before]);
       await lock.query('SELECT pg_advisory_unlock(hashtext($1), hashtext($2))', [prefix, id.scope]);
-
-      expect((await claiming).state).toBe('claimed');
+      claimed = await claiming.catch((error: unknown) => {
+        if (error instanceof StoreUnavailableError) return error;
+        throw error;
+      });
     } finally {
       lock.release();
     }
-    expect((await rowOf(id))?.holder_pid).toBe(holding.livenessSession?.pid);
-    expect(await other.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
-      state: 'inProgress',
-      fingerprint: FINGERPRINT,
-    });
+    if (claimed instanceof StoreUnavailableError) {
+      expect(await rowOf(id)).toBeUndefined();
+    } else {
+      expect(claimed.state).toBe('claimed');
+      expect((await rowOf(id))?.holder_lock).toBe(holding.livenessLock.lock);
+      expect(await other.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
+        state: 'inProgress',
+        fingerprint: FINGERPRINT,
+      });
+    }
   });
+
+  it.skipIf(needsOwnServer)(
+    'judges a claim written before Postgres restarted by its lease alone: its holder’s lock went with the old server',
+    async () => {
+      const [leaving, staying] = await Promise.all([openStore(), openStore()]);
+      const id = newId();
+      await claimTicket(leaving, id);
+
+      await server().shutdown();
+      await server().restart();
+      // The holder is gone too now, and nothing on this server says whether it lived on after the restart.
+      await leaving.close();
+
+      // Until the store has reconnected (a claim of another key answers), then the one key once.
+      await waitUntil(
+        async () =>
+          (await staying.claim(newId(), FINGERPRINT, LEASE_MS).catch(() => undefined)) !== undefined,
+      );
+      expect(await staying.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
+        state: 'inProgress',
+        fingerprint: FINGERPRINT,
+      });
+      expect((await rowOf(id))?.left_ms).toBeGreaterThan(LEASE_MS - 60_000);
+    },
+  );
 });
 
 describe.skipIf(!postgres)('kept across restarts', () => {

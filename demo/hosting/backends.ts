@@ -30,7 +30,8 @@ export interface Backends {
 export async function openBackends(config: ServerConfig): Promise<Backends> {
   return openStoreAndLedger(config).catch((error: unknown) => {
     // A store that refuses its backend says why in one line of its own: the setting and the fix.
-    if (error instanceof Error && error.name === 'RedisEnvironmentError') throw new Error(error.message);
+    const refused = ['RedisEnvironmentError', 'PostgresEnvironmentError'];
+    if (error instanceof Error && refused.includes(error.name)) throw new Error(error.message);
     throw new Error(unreachableStore(config, error));
   });
 }

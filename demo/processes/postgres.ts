@@ -52,7 +52,9 @@ export interface TestPostgres {
   restart(): Promise<void>;
   /**
    * The statements Postgres received from sessions named `applicationName` while `action` ran,
-   * as its log shows them (log_statement = all): one per round trip. Owned clusters only.
+   * as its log shows them (log_statement = all): one per round trip. Owned clusters only. A new
+   * pooled connection's settings (the store's `SESSION_SETTINGS`) are left out: they go ahead of
+   * its first statement, pipelined, and cost no round trip of their own.
    */
   statementsDuring<T>(
     applicationName: string,
@@ -253,7 +255,8 @@ class PrivateCluster {
       .split('\n')
       .flatMap((line) => {
         const [, name, text] = /^([^|]*)\|\d+\| LOG: {2}(?:statement|execute [^:]*): (.*)$/.exec(line) ?? [];
-        return name === applicationName && text !== undefined ? [text] : [];
+        const settings = text?.startsWith("SELECT set_config('statement_timeout'");
+        return name === applicationName && text !== undefined && !settings ? [text] : [];
       });
     return { statements, value };
   }
@@ -326,7 +329,7 @@ function isExecutable(path: string): boolean {
 }
 
 /** The uid and gid of `user`, from `id` (Node has no getpwnam). */
-async function userIds(user: string): Promise<{ uid: number; gid: number }> {
+export async function userIds(user: string): Promise<{ uid: number; gid: number }> {
   const read = (flag: string) =>
     new Promise<number>((resolve, reject) => {
       execFile('id', [flag, user], (error, stdout) => {
@@ -389,7 +392,7 @@ async function accepts(url: string): Promise<boolean> {
 }
 
 /** Asks the OS for a free loopback port. Another process could take it before Postgres binds; rare enough. */
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   const server = createServer();
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

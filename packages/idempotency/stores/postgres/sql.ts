@@ -10,11 +10,27 @@ const TABLE_PREFIX_PATTERN = /^[a-z_][a-z0-9_]{0,39}$/;
 /** SQLSTATE the settle function raises for a claim that lost its key (PL/pgSQL's no_data_found). */
 export const CLAIM_LOST = 'P0002';
 
+/**
+ * SQLSTATE a claim raises when its own store's liveness lock is held by no session, so a claim
+ * stamped with it would look dead at once (see `liveness.ts`). A class of its own, unused by Postgres.
+ */
+export const LIVENESS_NOT_HELD = 'SEP01';
+
+/**
+ * SQLSTATE a claim raises when it runs on a liveness session's backend: the server sessions are
+ * shared between clients, as a transaction-pooling PgBouncer shares them (see `liveness.ts`).
+ */
+export const SHARED_SESSION = 'SEP02';
+
+/** The session setting that marks a backend as a liveness session's; its value is the lock held. */
+export const LIVENESS_MARK = 'sep3182.liveness';
+
 // --- The schema ---
 //
 // One row per (scope, idempotency_key), the key's state in `state`:
-//   inProgress     a claim whose call runs: `token` (unique per claim), `holder_pid` and
-//                  `holder_started` (its store's liveness session), `expires_at` (the lease).
+//   inProgress     a claim whose call runs: `token` (unique per claim), `holder_lock` (its
+//                  store's liveness lock) and `holder_epoch` (when the Postgres server it was
+//                  written on started), `expires_at` (the lease).
 //                  A continuation's claim keeps the awaiting-input record it took over in
 //                  `response`, `bytes` and `resumed_until` (that record's own expiry), for `release`.
 //   awaitingInput  a round answered `input_required`: `response` is that answer.
@@ -32,6 +48,12 @@ export function migrationOf(tablePrefix: string): string {
   const p = checkedTablePrefix(tablePrefix);
   // Every statement that changes what a scope holds takes that scope's advisory lock first.
   const lockScope = (scope: string) => `PERFORM pg_advisory_xact_lock(hashtext('${p}'), hashtext(${scope}));`;
+  // Before a claim is written, stamped with the caller's own liveness lock: if no session holds
+  // that lock, the claim would look dead to every other instance at once, and its retry would
+  // execute beside it. (A try that succeeds holds the lock until the raise rolls it back.)
+  const checkOwnLock = `IF pg_try_advisory_xact_lock(p_holder_lock) THEN
+        RAISE EXCEPTION 'no liveness session of this store holds its lock' USING ERRCODE = '${LIVENESS_NOT_HELD}';
+      END IF;`;
   return `
 CREATE TABLE IF NOT EXISTS ${p}records (
   scope           text        NOT NULL,
@@ -42,11 +64,23 @@ CREATE TABLE IF NOT EXISTS ${p}records (
   bytes           bigint      NOT NULL DEFAULT 0,
   expires_at      timestamptz NOT NULL,
   token           uuid,
-  holder_pid      integer,
-  holder_started  timestamptz,
+  holder_lock     bigint,
+  holder_epoch    timestamptz,
   resumed_until   timestamptz,
   PRIMARY KEY (scope, idempotency_key)
 );
+-- An earlier version stamped a claim with its holder's backend (holder_pid, holder_started) and
+-- had a claim function that read those. Its function goes, so an instance of that version still
+-- running fails its claims closed instead of reading the claims stamped here as dead; its
+-- in-progress rows, with no lock, are left to their leases. Altered only when needed: ALTER TABLE
+-- locks out every claim while it waits, and every instance runs this migration when it starts.
+DROP FUNCTION IF EXISTS ${p}claim(text, text, text, uuid, bigint, boolean, integer, timestamptz, bigint, bigint);
+DO $holder$ BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '${p}records'::regclass AND attname = 'holder_lock' AND NOT attisdropped) THEN
+    ALTER TABLE ${p}records ADD COLUMN holder_lock bigint, ADD COLUMN holder_epoch timestamptz,
+      DROP COLUMN IF EXISTS holder_pid, DROP COLUMN IF EXISTS holder_started;
+  END IF;
+END $holder$;
 -- The primary key is the table's only index: the one a lookup needs, and all a claim writes. With
 -- no index on expires_at, settling a claim (which moves its expiry) rewrites no index entry
 -- either, and can be a heap-only update. The reaper finds expired rows by walking the table's
@@ -105,6 +139,21 @@ BEGIN
 END
 $prune$;
 
+-- Whether the store instance that stamped a claim with (p_lock, p_epoch) still runs. Its liveness
+-- sessions hold p_lock, shared, for as long as it runs: a try for it exclusively (held only to
+-- the end of this statement's transaction) fails while any of them holds it, and succeeds once
+-- Postgres has ended them all, as it does a dead process's. A lock is only evidence on the
+-- server it was taken on: a claim written before this server started (a restart, or a failover
+-- to a replica) is alive until its lease ends, whatever became of its holder.
+CREATE OR REPLACE FUNCTION ${p}holder_alive(p_lock bigint, p_epoch timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql AS $alive$
+BEGIN
+  IF p_lock IS NULL OR p_epoch IS DISTINCT FROM pg_postmaster_start_time() THEN RETURN true; END IF;
+  RETURN NOT pg_try_advisory_xact_lock(p_lock);
+END
+$alive$;
+
 -- It may not look it, but this is safe from races across any number of instances. Every claim of
 -- a scope first takes that scope's transaction-level advisory lock, so claims of one scope run
 -- one at a time: of N concurrent claims of one key exactly one finds it free, and the quota
@@ -121,7 +170,7 @@ $prune$;
 -- awaiting-input record); 'quota'; or the live record's state, with its fingerprint and response.
 CREATE OR REPLACE FUNCTION ${p}claim(
   p_scope text, p_key text, p_fingerprint text, p_token uuid, p_lease_ms bigint, p_continuation boolean,
-  p_holder_pid integer, p_holder_started timestamptz, p_max_records bigint, p_max_bytes bigint)
+  p_holder_lock bigint, p_max_records bigint, p_max_bytes bigint)
 RETURNS TABLE (answer text, fingerprint text, response text)
 LANGUAGE plpgsql AS $claim$
 DECLARE
@@ -133,20 +182,25 @@ DECLARE
   live_bytes bigint;
   pruned integer;
 BEGIN
+  -- A backend that holds a liveness lock serves this claim too: the server sessions are shared
+  -- between clients, and a lock tried here would be granted by the session's own hold of it.
+  IF coalesce(current_setting('${LIVENESS_MARK}', true), '') <> '' THEN
+    RAISE EXCEPTION 'the claim ran on a liveness session''s backend' USING ERRCODE = '${SHARED_SESSION}';
+  END IF;
   ${lockScope('p_scope')}
   -- The key's row, live or not: one that expired and is not reaped yet is taken over like a free key.
   SELECT * INTO held FROM ${p}records r WHERE r.scope = p_scope AND r.idempotency_key = p_key FOR UPDATE;
   found_held := FOUND;
-  -- An in-progress record whose holder session has ended is free: its process died.
-  live := found_held AND held.expires_at > statement_timestamp() AND (held.state <> 'inProgress' OR EXISTS (
-    SELECT 1 FROM pg_stat_activity a
-    WHERE a.pid = held.holder_pid AND a.backend_start = held.holder_started));
+  -- An in-progress record whose holder no longer runs is free: its process died.
+  live := found_held AND held.expires_at > statement_timestamp() AND (held.state <> 'inProgress' OR
+    ${p}holder_alive(held.holder_lock, held.holder_epoch));
 
   IF live THEN
     IF p_continuation AND held.state = 'awaitingInput' AND held.fingerprint = p_fingerprint THEN
+      ${checkOwnLock}
       -- The continuation takes the key over; the record's response and size stay, for release.
       UPDATE ${p}records r SET state = 'inProgress', token = p_token, expires_at = lease_end,
-          holder_pid = p_holder_pid, holder_started = p_holder_started, resumed_until = held.expires_at
+          holder_lock = p_holder_lock, holder_epoch = pg_postmaster_start_time(), resumed_until = held.expires_at
         WHERE r.scope = p_scope AND r.idempotency_key = p_key;
       RETURN QUERY SELECT 'resumed', NULL::text, NULL::text;
       RETURN;
@@ -172,12 +226,14 @@ BEGIN
     SELECT * INTO held FROM ${p}records r WHERE r.scope = p_scope AND r.idempotency_key = p_key FOR UPDATE;
     found_held := FOUND;
   END LOOP;
+  ${checkOwnLock}
   INSERT INTO ${p}records AS r (scope, idempotency_key, state, fingerprint, expires_at, token,
-      holder_pid, holder_started)
-    VALUES (p_scope, p_key, 'inProgress', p_fingerprint, lease_end, p_token, p_holder_pid, p_holder_started)
+      holder_lock, holder_epoch)
+    VALUES (p_scope, p_key, 'inProgress', p_fingerprint, lease_end, p_token, p_holder_lock,
+      pg_postmaster_start_time())
     ON CONFLICT (scope, idempotency_key) DO UPDATE SET state = 'inProgress',
       fingerprint = EXCLUDED.fingerprint, response = NULL, bytes = 0, expires_at = EXCLUDED.expires_at,
-      token = EXCLUDED.token, holder_pid = EXCLUDED.holder_pid, holder_started = EXCLUDED.holder_started,
+      token = EXCLUDED.token, holder_lock = EXCLUDED.holder_lock, holder_epoch = EXCLUDED.holder_epoch,
       resumed_until = NULL;
   -- A new row, or an expired or dead holder's row taken over with its size let go.
   PERFORM ${p}count(p_scope, CASE WHEN found_held THEN 0 ELSE 1 END,
@@ -210,7 +266,7 @@ BEGIN
   END IF;
   UPDATE ${p}records r SET state = p_state, response = p_response, bytes = p_bytes,
       expires_at = statement_timestamp() + p_retention_ms * interval '1 millisecond',
-      token = NULL, holder_pid = NULL, holder_started = NULL, resumed_until = NULL
+      token = NULL, holder_lock = NULL, holder_epoch = NULL, resumed_until = NULL
     WHERE r.scope = p_scope AND r.idempotency_key = p_key;
   PERFORM ${p}count(p_scope, 0, p_bytes - counted);
   RETURN true;
@@ -237,7 +293,7 @@ BEGIN
     PERFORM ${p}count(p_scope, -1, -held.bytes);
   ELSE
     UPDATE ${p}records r SET state = 'awaitingInput', expires_at = held.resumed_until,
-        token = NULL, holder_pid = NULL, holder_started = NULL, resumed_until = NULL
+        token = NULL, holder_lock = NULL, holder_epoch = NULL, resumed_until = NULL
       WHERE r.scope = p_scope AND r.idempotency_key = p_key;
   END IF;
   RETURN true;
@@ -283,6 +339,42 @@ END
 $reap$;`;
 }
 
+// --- What each session sets for itself ---
+//
+// Sent as statements once a session is connected, never as start-up parameters: PgBouncer
+// refuses a connection that carries any it does not know ("unsupported startup parameter:
+// statement_timeout"), and with the setting that makes it ignore them, they would silently not apply.
+
+/**
+ * Every session of the store's pool, $1 the statement timeout in ms: Postgres stops a statement
+ * its caller gave up on. And commits wait at least for this server's disk (`on`, or more where
+ * the server asks more): a claim or record a role or database sets to commit asynchronously
+ * (`off`, `local`, `remote_write`) could be lost by a crash, or a failover to a synchronous
+ * standby, after its caller was answered, and its retry would execute again.
+ */
+export const SESSION_SETTINGS = `SELECT set_config('statement_timeout', $1, false),
+    CASE WHEN current_setting('synchronous_commit') IN ('off', 'local', 'remote_write')
+      THEN set_config('synchronous_commit', 'on', false) END`;
+
+/**
+ * A liveness session, $1 the statement timeout in ms: no idle timeout ends it (a DBA's
+ * `idle_session_timeout` reaps idle sessions, and a liveness session is idle by design), and
+ * TCP keepalives end it within about 25 s of its host vanishing, where the kernel's default
+ * takes over two hours (ignored on a Unix socket, where no host can vanish). Only the parameters
+ * this server has (idle_session_timeout is Postgres 14's).
+ */
+export const LIVENESS_SETTINGS = `SELECT set_config(s.name, s.value, false) FROM (VALUES
+    ('statement_timeout', $1::text), ('idle_session_timeout', '0'), ('idle_in_transaction_session_timeout', '0'),
+    ('tcp_keepalives_idle', '10'), ('tcp_keepalives_interval', '5'), ('tcp_keepalives_count', '3')
+  ) AS s(name, value) WHERE s.name IN (SELECT name FROM pg_settings)`;
+
+/** Takes the store's liveness lock ($1) for the session, and marks its backend as a liveness session's. */
+export const TAKE_LIVENESS_LOCK = `SELECT set_config('${LIVENESS_MARK}', $1::text, false),
+    pg_advisory_lock_shared($1::bigint), pg_backend_pid() AS pid`;
+
+/** The backend a session's statement runs on, and the liveness lock it is marked with ('' for none). */
+export const SESSION_IDENTITY = `SELECT pg_backend_pid() AS pid, coalesce(current_setting('${LIVENESS_MARK}', true), '') AS mark`;
+
 /** A table prefix Postgres takes as part of an identifier, or a RangeError saying why not. */
 export function checkedTablePrefix(prefix: string): string {
   if (!TABLE_PREFIX_PATTERN.test(prefix)) {
@@ -301,7 +393,6 @@ export interface Statements {
   settleOrFail: string;
   release: string;
   renew: string;
-  restamp: string;
   /** $1 the first block, $2 how many: see the reap function. */
   reap: string;
   clear: string;
@@ -313,20 +404,16 @@ export interface Statements {
 export function statementsOf(p: string): Statements {
   const mine = `scope = $1 AND idempotency_key = $2 AND token = $3 AND state = 'inProgress' AND expires_at > statement_timestamp()`;
   return {
-    claim: `SELECT answer, fingerprint, response FROM ${p}claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+    // $7 the caller's liveness lock, $8 and $9 its quotas.
+    claim: `SELECT answer, fingerprint, response FROM ${p}claim($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
     // $4 the state, $5 the response's JSON, $6 its size, $7 the retention in ms.
     settle: `SELECT ${p}settle($1, $2, $3, $4, $5, $6, $7, false) AS settled`,
     settleOrFail: `SELECT ${p}settle($1, $2, $3, $4, $5, $6, $7, true) AS settled`,
     release: `SELECT ${p}release($1, $2, $3) AS released`,
     reap: `SELECT reaped, next_block FROM ${p}reap($1, $2)`,
-    // $4 the lease in ms; $5, $6 the current liveness session, if any (else the claim keeps its own).
-    renew: `UPDATE ${p}records SET expires_at = statement_timestamp() + $4 * interval '1 millisecond',
-        holder_pid = coalesce($5, holder_pid), holder_started = coalesce($6::timestamptz, holder_started)
+    // $4 the lease in ms. The claim keeps its stamp: its store's lock is the same all its life.
+    renew: `UPDATE ${p}records SET expires_at = statement_timestamp() + $4 * interval '1 millisecond'
       WHERE ${mine}`,
-    restamp: `UPDATE ${p}records r SET holder_pid = $4, holder_started = $5
-      FROM unnest($1::text[], $2::text[], $3::uuid[]) AS c(scope, idempotency_key, token)
-      WHERE r.scope = c.scope AND r.idempotency_key = c.idempotency_key AND r.token = c.token
-        AND r.state = 'inProgress'`,
     // One statement, so no claim sees the records gone and their usage still there.
     clear: `WITH gone AS (DELETE FROM ${p}records) DELETE FROM ${p}usage`,
   };

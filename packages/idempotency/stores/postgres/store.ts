@@ -4,7 +4,7 @@
 // whose system of record is already Postgres. Every operation is one statement, so one round trip,
 // and each is atomic on its own; no transaction is ever held open across a tool's call:
 //   claim    = SELECT claim(…): "the record if there is one; else, within the caller's quota, my
-//              claim, with a lease, stamped with my liveness session"   (1 round trip)
+//              claim, with a lease, stamped with my liveness lock"   (1 round trip)
 //   complete = SELECT settle(…): "replace it only if it is still my claim"   (1; `awaitInput` the
 //              same, writing an awaiting-input record)
 //   release  = SELECT release(…): delete it (or put back the awaiting-input record it resumed),
@@ -22,30 +22,27 @@
 //
 // --- A dead holder is seen at once ---
 // A lease alone makes the retry of a call whose process died wait out the lease (two minutes by
-// default). Postgres knows sooner: each store keeps one dedicated "liveness" connection open for
-// its whole life, and every claim records that session's identity, `pg_backend_pid()` with its
-// `backend_start` (so a pid the kernel reused for a later session is not mistaken for it). A claim
-// that finds an in-progress record whose holder session is no longer in `pg_stat_activity` takes
-// the key as free: the process that held it is gone. A live holder, however slow, still answers
-// in progress, and the lease stays the backstop. What that signal can and cannot see:
+// default). Postgres knows sooner: each store instance holds an advisory lock of its own from two
+// dedicated sessions for its whole life, and stamps every claim with it (`liveness.ts`). A claim
+// that finds an in-progress record whose holder's lock no session holds takes the key as free:
+// the process that held it is gone. A live holder, however slow, still answers in progress, and
+// the lease stays the backstop. What that signal can and cannot see:
 //   - A killed process (crash, OOM kill, SIGKILL): its kernel closes its sockets, Postgres ends
-//     the session at once, and the key is free for the next claim (measured in the tests: well
-//     under a second).
+//     its sessions and their locks at once, and the key is free for the next claim (measured in
+//     the tests: well under a second). Through a session-pooling PgBouncer too, which resets the
+//     server session it kept (DISCARD ALL releases its locks).
 //   - A host that vanishes (power, network partition): no socket is closed, so Postgres notices
-//     only when TCP keepalives give up (this store asks for about 25 s on its liveness
-//     connection, see LIVENESS_KEEPALIVES) or the lease ends. `client_connection_check_interval`
-//     does not help here: it checks only while a query runs, and the liveness session is idle.
-//   - A liveness connection that breaks while its process lives (a network blip, Postgres
-//     restarted): its claims look dead, and a retry arriving before the store reconnects may run
-//     the call again. The store reconnects at once and re-stamps its running claims with its new
-//     session before it uses it (a re-stamp that fails is a reconnect that failed, tried again),
-//     and refuses new claims (fails closed) while it has no liveness session. A claim on its way
-//     when the session broke is re-stamped as it returns, or released and failed closed.
-//   - A transaction-pooling PgBouncer hands every statement a different server session: the
-//     session identity means nothing there. Connect to Postgres, or to a session-pooling bouncer.
-//   - `backend_start` of another role's sessions is hidden from a role without
-//     `pg_read_all_stats`: every store instance must connect as the same role (or be granted it),
-//     or each would see the others' claims as dead.
+//     only when TCP keepalives give up (this store asks for about 25 s on its liveness sessions;
+//     behind a pooler, the pooler's own keepalives towards the host count) or the lease ends.
+//   - One liveness session that ends while its process lives (an idle timeout, a terminated
+//     session, a broken connection): the other holds the lock while it reconnects. Both ending at
+//     once (every connection of the host cut, its pooler restarted): its claims look dead until
+//     a session is back, and a retry meanwhile may run the call again. New claims are refused
+//     (failed closed) while no session holds the lock; the claim function itself checks.
+//   - Postgres restarted, or a replica promoted: locks do not survive, so a claim written before
+//     the server started is judged by its lease alone.
+//   - A pooler that shares server sessions between clients (PgBouncer's transaction pooling):
+//     refused, at connect and whenever it is seen later (see `liveness.ts`).
 //
 // --- The tool's writes and the record, in one transaction ---
 // A tool that writes to the same database (a balance, an order table) may ask for the call's
@@ -89,13 +86,22 @@ import {
   milliseconds,
   parsedJson,
   positiveInteger,
-  reconnectDelayMs,
   type ScopeQuotaOptions,
   scopeQuotasOf,
   withDeadline,
 } from '../support.js';
-import { CLAIM_LOST, checkedTablePrefix, migrationOf, type Statements, statementsOf } from './sql.js';
+import { Liveness, PostgresEnvironmentError } from './liveness.js';
+import {
+  CLAIM_LOST,
+  checkedTablePrefix,
+  migrationOf,
+  SESSION_SETTINGS,
+  SHARED_SESSION,
+  type Statements,
+  statementsOf,
+} from './sql.js';
 
+export { PostgresEnvironmentError } from './liveness.js';
 export { checkedTablePrefix, migrationOf };
 
 /** Every table and function the store creates starts with this; see `migrationOf`. */
@@ -105,7 +111,7 @@ export const DEFAULT_POSTGRES_TABLE_PREFIX = 'sep3182_idem_';
  * How long one store statement may take before the call fails closed. Each is a handful of
  * index lookups, well under a millisecond on a healthy Postgres; a second means it is down,
  * frozen, or waiting on a lock, and the caller is better served by an immediate "retry later,
- * same key" than by waiting. Also sent as the session's `statement_timeout`, so Postgres itself
+ * same key" than by waiting. Also set as each session's `statement_timeout`, so Postgres itself
  * stops a statement its caller gave up on.
  */
 export const DEFAULT_POSTGRES_STATEMENT_TIMEOUT_MS = 1_000;
@@ -133,7 +139,10 @@ export const DEFAULT_POSTGRES_REAP_INTERVAL_MS = 60_000;
  */
 const REAP_BLOCKS_PER_STATEMENT = 1_024;
 
-/** What `pg_stat_activity.application_name` shows for the store's sessions, for operators. */
+/**
+ * What `pg_stat_activity.application_name` shows for the store's sessions, for operators; its
+ * liveness sessions add ` liveness`.
+ */
 export const DEFAULT_POSTGRES_APPLICATION_NAME = 'sep3182-idempotency';
 
 /**
@@ -142,14 +151,6 @@ export const DEFAULT_POSTGRES_APPLICATION_NAME = 'sep3182-idempotency';
  * must not leave a pooled connection with a reply still owed, to be reused by the next call.
  */
 const CLIENT_TIMEOUT_GRACE_MS = 1_000;
-
-/**
- * Server-side TCP keepalives of the liveness session: after 10 s of silence Postgres probes every
- * 5 s and gives up after 3 probes, so the session of a host that vanished ends within about 25 s
- * (the kernel's default is over two hours). Ignored on a Unix socket, where no host can vanish.
- */
-const LIVENESS_KEEPALIVES =
-  '-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3';
 
 export interface PostgresStoreOptions extends ScopeQuotaOptions {
   /** Prefix of the store's table and function names (lower case, digits, `_`; at most 40 characters). */
@@ -160,7 +161,7 @@ export interface PostgresStoreOptions extends ScopeQuotaOptions {
 
 export interface PostgresConnectOptions {
   connectTimeoutMs?: number;
-  /** Size of the store's connection pool; the liveness connection comes on top. */
+  /** Size of the store's connection pool; its two liveness sessions come on top. */
   maxConnections?: number;
   applicationName?: string;
   /** Create the table and functions if they are missing (default true); false when migrations run elsewhere. */
@@ -168,9 +169,9 @@ export interface PostgresConnectOptions {
   /** How often this instance deletes expired records (see DEFAULT_POSTGRES_REAP_INTERVAL_MS). */
   reapIntervalMs?: number;
   /**
-   * Told about every connection error, including each failed reconnect of the liveness
-   * connection. Callers already learn of an outage as a `StoreUnavailableError`; this is for
-   * the operator's log.
+   * Told about every connection error, including each failed reconnect of a liveness session,
+   * and of a refusal found while running (a pooler that shares sessions). Callers already learn
+   * of an outage as a `StoreUnavailableError`; this is for the operator's log.
    */
   onError?: (error: unknown) => void;
 }
@@ -201,33 +202,22 @@ export async function migratePostgresStore(
   }
 }
 
-/** A liveness session's identity: what `pg_stat_activity` says of it while it lives. */
-interface Holder {
-  pid: number;
-  /** `backend_start`, as ISO 8601 text in UTC with microseconds (a JS Date would lose them). */
-  started: string;
-}
-
 export class PostgresIdempotencyStore implements IdempotencyStore {
   readonly tablePrefix: string;
   readonly maxRecordsPerScope: number;
   readonly maxBytesPerScope: number;
   private readonly statementTimeoutMs: number;
   private readonly sql: Statements;
-  /** The current liveness session, undefined while it is being (re)connected. */
-  private holder: Holder | undefined;
-  private livenessClient: pg.Client | undefined;
-  private reconnectTimer: NodeJS.Timeout | undefined;
   private reapTimer: NodeJS.Timeout | undefined;
   private closing = false;
-  /** The claims this store holds now (by token), to re-stamp with a new liveness session. */
-  private readonly held = new Map<string, RecordId>();
 
   /**
-   * Connects a pool and the liveness connection, and (unless `migrate: false`) creates the
+   * Connects a pool and the liveness sessions, and (unless `migrate: false`) creates the
    * schema. Rejects with `StoreUnavailableError` if Postgres does not answer within
-   * `connectTimeoutMs`. While Postgres is unreachable later on, every operation rejects within
-   * its statement timeout, and the store heals by itself once Postgres is back.
+   * `connectTimeoutMs`, or with `PostgresEnvironmentError` (one line: the setting and the fix) if
+   * the store cannot be safe there: a pooler that shares sessions. While Postgres is unreachable
+   * later on, every operation rejects within its statement timeout, and the store heals by itself
+   * once Postgres is back; one refused while running fails every claim closed with that line.
    */
   static async connect(
     connection: string | pg.ClientConfig,
@@ -243,42 +233,54 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       'reapIntervalMs',
       options.reapIntervalMs ?? DEFAULT_POSTGRES_REAP_INTERVAL_MS,
     );
-    const session = {
+    const applicationName = options.applicationName ?? DEFAULT_POSTGRES_APPLICATION_NAME;
+    const onError = options.onError ?? (() => {});
+    // No start-up parameter but the application name, which PgBouncer knows: the statement
+    // timeout and the rest are set once connected (see SESSION_SETTINGS).
+    const pool = new pg.Pool({
       ...config,
-      application_name: options.applicationName ?? DEFAULT_POSTGRES_APPLICATION_NAME,
-      statement_timeout: statementTimeoutMs,
+      application_name: applicationName,
       // Client-side, for a server that answers nothing at all (see CLIENT_TIMEOUT_GRACE_MS).
       query_timeout: statementTimeoutMs + CLIENT_TIMEOUT_GRACE_MS,
       keepAlive: true,
-    } satisfies pg.ClientConfig;
-    const pool = new pg.Pool({
-      ...session,
       // A transaction's record and its COMMIT go out together (see the file header).
       pipeline: true,
       max: options.maxConnections ?? DEFAULT_POSTGRES_MAX_CONNECTIONS,
       // Bounds both a new connection and the wait for a free one: the guard must answer now.
       connectionTimeoutMillis: statementTimeoutMs,
+      // Queued ahead of the connection's first statement, not waited for: the connection is
+      // pipelined, so the settings ride with that statement and cost no round trip of their own.
+      // One that fails is a broken connection, whose next statement fails too.
+      onConnect: (client) => {
+        client.query(SESSION_SETTINGS, [String(statementTimeoutMs)]).catch(onError);
+      },
     });
-    const onError = options.onError ?? (() => {});
     // An idle pooled connection that breaks (Postgres restarted) is reported here; with no
     // listener the EventEmitter would throw, and take the whole server down with Postgres.
     pool.on('error', onError);
-    const store = new PostgresIdempotencyStore(
-      pool,
-      { ...session, connectionTimeoutMillis: connectTimeoutMs },
-      { ...options, statementTimeoutMs, onError },
-    );
+    const liveness = new Liveness({
+      config: {
+        ...config,
+        application_name: `${applicationName} liveness`,
+        keepAlive: true,
+        connectionTimeoutMillis: connectTimeoutMs,
+      },
+      statementTimeoutMs,
+      onError,
+    });
+    const store = new PostgresIdempotencyStore(pool, liveness, { ...options, statementTimeoutMs, onError });
     try {
       await withDeadline(
         (async () => {
           if (options.migrate ?? true) await migratePostgresStore(pool, store.tablePrefix);
-          await store.connectLiveness();
+          await liveness.start(pool);
         })(),
         connectTimeoutMs,
         'Postgres',
       );
     } catch (error) {
       await store.close();
+      if (error instanceof PostgresEnvironmentError) throw error;
       throw new StoreUnavailableError(error);
     }
     store.reapEvery(reapIntervalMs);
@@ -288,7 +290,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   private constructor(
     /** The store's connection pool; a ledger in the same database may share it. */
     readonly pool: pg.Pool,
-    private readonly livenessConfig: pg.ClientConfig,
+    private readonly liveness: Liveness,
     private readonly options: PostgresStoreOptions & { onError: (error: unknown) => void },
   ) {
     this.tablePrefix = checkedTablePrefix(options.tablePrefix ?? DEFAULT_POSTGRES_TABLE_PREFIX);
@@ -302,22 +304,25 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   /** Claims whose tool asked for a transaction, by claim token: the connection it is open on. */
   private readonly transactions = new Map<string, pg.PoolClient>();
 
-  /** The session that holds this store's claims now, if connected: what `pg_stat_activity` shows. */
-  get livenessSession(): Readonly<Holder> | undefined {
-    return this.holder;
+  /**
+   * The advisory lock this store's claims are stamped with, and the backends of the liveness
+   * sessions holding it now: what `pg_locks` shows (`locktype = 'advisory'`, the key's high and
+   * low 32 bits as `classid` and `objid`), for operators and tests.
+   */
+  get livenessLock(): { lock: string; pids: number[] } {
+    return { lock: this.liveness.lock, pids: this.liveness.pids };
   }
 
   // No global `maxRecords` here, and never `full` from a count: counting every record would
   // cost a scan. The global cap is the operator's disk; a full one is reported as `full`.
   async claim(id: RecordId, fingerprint: Fingerprint, leaseMs: number, continuation = false): Promise<Claim> {
     const lease = milliseconds(leaseMs);
-    // Fail closed without a liveness session: a claim stamped with none would look dead at once.
-    const holder = this.holder;
-    if (!holder) throw new StoreUnavailableError(new Error('no liveness connection to Postgres'));
+    const liveness = this.liveness;
+    if (liveness.refused) throw new StoreUnavailableError(liveness.refused);
+    // Fail closed while no session holds the lock: a claim stamped with it would look dead at
+    // once. (The claim function checks again as it writes, for a session lost on the way.)
+    if (!liveness.held) throw new StoreUnavailableError(new Error('no liveness session to Postgres'));
     const token = randomUUID();
-    // Held from the moment it is sent, not once it is answered: a liveness session that breaks
-    // while the claim waits (for a pooled connection, or behind its scope's lock) re-stamps it too.
-    this.held.set(token, { scope: id.scope, idempotencyKey: id.idempotencyKey });
     let row: Row | undefined;
     try {
       row = await this.one(this.sql.claim, [
@@ -327,46 +332,30 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
         token,
         lease,
         continuation,
-        holder.pid,
-        holder.started,
+        liveness.lock,
         this.maxRecordsPerScope,
         this.maxBytesPerScope,
       ]);
     } catch (error) {
-      this.held.delete(token);
       if (isDiskFull(error)) return { state: 'full' };
+      if (error instanceof pg.DatabaseError && error.code === SHARED_SESSION) {
+        throw new StoreUnavailableError(liveness.refuse());
+      }
       // Fail closed. A statement that timed out may still have claimed the key; its retry
-      // then sees `inProgress` until the lease ends, which is the safe side to err on.
+      // then sees `inProgress` until the lease ends, which is the safe side to err on. One the
+      // claim function refused (LIVENESS_NOT_HELD: no session held the lock) wrote nothing.
       throw new StoreUnavailableError(error);
     }
     const answer = row?.answer;
     // A continuation's ticket carries nothing more: the row itself keeps what `release` puts back.
     if (answer === 'claimed' || answer === 'resumed') {
-      const ticket = { scope: id.scope, idempotencyKey: id.idempotencyKey, fingerprint, token };
-      // The session it was stamped with ended while the claim was on its way, and the re-stamp may
-      // have run before the claim's row existed: stamped with the session alive now, or not at all.
-      if (this.holder !== holder) await this.restampOrRelease(ticket);
-      return { state: 'claimed', ticket };
+      return {
+        state: 'claimed',
+        ticket: { scope: id.scope, idempotencyKey: id.idempotencyKey, fingerprint, token },
+      };
     }
-    this.held.delete(token);
     if (answer === 'quota') return { state: 'quotaExceeded' };
     return claimOf(row);
-  }
-
-  /**
-   * Stamps a fresh claim with the current liveness session; without one, or if the statement fails,
-   * releases it and fails closed: a claim stamped with an ended session looks dead to every other
-   * instance, and the retry it lets through would execute beside this call.
-   */
-  private async restampOrRelease(ticket: ClaimTicket): Promise<void> {
-    try {
-      const holder = this.holder;
-      if (!holder) throw new Error('the liveness connection to Postgres broke during the claim');
-      await this.restamp(holder, [[ticket.token, ticket]]);
-    } catch (error) {
-      await this.release(ticket).catch(() => {});
-      throw new StoreUnavailableError(error);
-    }
   }
 
   complete(ticket: ClaimTicket, response: StoredResponse, retentionMs: number): Promise<boolean> {
@@ -403,7 +392,6 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   }
 
   async release(ticket: ClaimTicket): Promise<boolean> {
-    this.held.delete(ticket.token);
     await this.rollback(ticket);
     try {
       const row = await this.one(this.sql.release, [ticket.scope, ticket.idempotencyKey, ticket.token]);
@@ -415,22 +403,11 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
 
   async renew(ticket: ClaimTicket, leaseMs: number): Promise<boolean> {
     const lease = milliseconds(leaseMs);
-    // Re-stamped with the current liveness session too, should it have changed since the claim.
-    const holder = this.holder;
     try {
       const result = await this.bounded(
-        this.pool.query(this.sql.renew, [
-          ticket.scope,
-          ticket.idempotencyKey,
-          ticket.token,
-          lease,
-          holder?.pid ?? null,
-          holder?.started ?? null,
-        ]),
+        this.pool.query(this.sql.renew, [ticket.scope, ticket.idempotencyKey, ticket.token, lease]),
       );
-      const renewed = result.rowCount === 1;
-      if (!renewed) this.held.delete(ticket.token);
-      return renewed;
+      return result.rowCount === 1;
     } catch (error) {
       throw new StoreUnavailableError(error);
     }
@@ -487,20 +464,13 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   }
 
   /**
-   * Closes the pool and the liveness connection. The claims this store still holds then look
+   * Closes the pool and the liveness sessions. The claims this store still holds then look
    * dead to every other instance, which is what they are.
    */
   async close(): Promise<void> {
     this.closing = true;
-    clearTimeout(this.reconnectTimer);
     clearTimeout(this.reapTimer);
-    this.holder = undefined;
-    const liveness = this.livenessClient;
-    this.livenessClient = undefined;
-    await Promise.all([
-      liveness?.end().catch(() => {}),
-      this.pool.ended ? undefined : this.pool.end().catch(() => {}),
-    ]);
+    await Promise.all([this.liveness.close(), this.pool.ended ? undefined : this.pool.end().catch(() => {})]);
   }
 
   /** Replaces the claim with a completed or awaiting-input record, kept for `retentionMs`. */
@@ -512,7 +482,6 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   ): Promise<boolean> {
     const retention = milliseconds(retentionMs);
     const json = JSON.stringify(response);
-    this.held.delete(ticket.token);
     const values = [ticket.scope, ticket.idempotencyKey, ticket.token, state, json, json.length, retention];
     const tx = this.transactions.get(ticket.token);
     if (tx) {
@@ -580,74 +549,6 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   private releaseTransaction(tx: pg.PoolClient, destroy: boolean): void {
     tx.removeListener('error', this.options.onError);
     tx.release(destroy);
-  }
-
-  /**
-   * Opens the liveness connection and learns its session's identity. Called once by `connect`;
-   * after that, whenever the connection breaks, it reconnects in the background with back-off
-   * and re-stamps the claims this store holds, whose old session Postgres has just ended.
-   */
-  private async connectLiveness(): Promise<void> {
-    const client = new pg.Client({
-      ...this.livenessConfig,
-      options: [this.livenessConfig.options, LIVENESS_KEEPALIVES].filter(Boolean).join(' '),
-    });
-    client.on('error', this.options.onError);
-    try {
-      await client.connect();
-      const identity = await client.query<Record<string, unknown>>(
-        `SELECT pid, to_char(backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS started
-           FROM pg_stat_activity WHERE pid = pg_backend_pid()`,
-      );
-      const [row] = identity.rows;
-      const pid = row?.pid;
-      const started = row?.started;
-      if (typeof pid !== 'number' || typeof started !== 'string') {
-        throw new Error('pg_stat_activity does not show the liveness session');
-      }
-      if (this.closing) throw new Error('the store was closed');
-      // The claims this store holds move to the new session before any new claim is stamped with
-      // it. Until they have, the store has no session and fails claims closed; a re-stamp that
-      // fails is a connection that failed, tried again from the start.
-      const holder = { pid, started };
-      await this.restamp(holder, [...this.held.entries()]);
-      client.once('end', () => this.livenessLost(client));
-      this.livenessClient = client;
-      this.holder = holder;
-    } catch (error) {
-      await client.end().catch(() => {});
-      throw error;
-    }
-  }
-
-  private livenessLost(client: pg.Client, attempt = 0): void {
-    if (this.livenessClient === client) {
-      this.livenessClient = undefined;
-      this.holder = undefined;
-    }
-    if (this.closing) return;
-    this.reconnectTimer = setTimeout(() => {
-      this.connectLiveness().catch((error: unknown) => {
-        this.options.onError(error);
-        this.livenessLost(client, attempt + 1);
-      });
-    }, reconnectDelayMs(attempt));
-    // A server waiting to reconnect its store must still be able to exit.
-    this.reconnectTimer.unref();
-  }
-
-  /** Moves `claims` (by token) to the liveness session `holder` (one statement). */
-  private async restamp(holder: Holder, claims: Array<[string, RecordId]>): Promise<void> {
-    if (claims.length === 0) return;
-    await this.bounded(
-      this.pool.query(this.sql.restamp, [
-        claims.map(([, id]) => id.scope),
-        claims.map(([, id]) => id.idempotencyKey),
-        claims.map(([token]) => token),
-        holder.pid,
-        holder.started,
-      ]),
-    );
   }
 
   /** The first row a statement answers, if any, within the statement timeout. */
