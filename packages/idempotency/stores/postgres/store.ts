@@ -16,7 +16,7 @@
 // (`reap`, which every instance runs every `reapIntervalMs`, safe with any number of them), so the
 // only index a claim writes is the one a lookup needs. A caller's quota is read from one row of
 // its usage, which every function keeps as it writes: a claim costs the same however many records
-// its caller holds (counting them cost a scan of all of them, 1.8 ms at 10,000). The usage counts
+// its caller holds (counting them would scan all of them; docs/cost.md). The usage counts
 // expired rows until they are reaped, so a claim about to refuse for the quota deletes its
 // caller's expired rows first and looks again: the quota counts live records only.
 //
