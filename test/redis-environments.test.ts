@@ -170,6 +170,13 @@ async function fillWithCache(
   return 'bound';
 }
 
+/**
+ * What a retry may get from a Redis that refused the cache's last write as full: its claim refused
+ * as `full`, or, where Redis freed a little memory in between (a client's buffers), the stored
+ * answer replayed. Never an execution: that is what the tests count.
+ */
+const FULL_REDIS_ANSWERS: Answer[] = [IdempotencyErrorType.storeFull, 'charged'];
+
 /** True once no record of the store is left in Redis (its marker aside). */
 async function recordsGone(redis: TestRedis): Promise<boolean> {
   const [record] = redisKeysOf(KEY_PREFIX, { scope: SCOPE, idempotencyKey: 'x' });
@@ -206,12 +213,8 @@ describe.skipIf(!hasRedis)(
     it('noeviction (the default): Redis refuses writes when full, the record stays, the charge executes once', async () => {
       const redis = await redisWith(['--maxmemory', MAXMEMORY, '--maxmemory-policy', 'noeviction']);
       const outcome = await chargeThenFill(redis);
-      // Full: the retry's claim is a write, refused as `full`, never an execution.
-      expect(outcome).toMatchObject({
-        executions: 1,
-        filled: 'refused',
-        retry: IdempotencyErrorType.storeFull,
-      });
+      expect(outcome).toMatchObject({ executions: 1, filled: 'refused' });
+      expect(FULL_REDIS_ANSWERS).toContain(outcome.retry);
       const keys = await redis.admin.keys('cache:*');
       for (let i = 0; i < keys.length; i += 1000) await redis.admin.unlink(keys.slice(i, i + 1000));
     });
@@ -274,10 +277,9 @@ describe.skipIf(!hasRedis)('Redis that will not say how it evicts', () => {
       ...['--maxmemory', MAXMEMORY, '--maxmemory-policy', 'noeviction'],
       ...['--rename-command', 'CONFIG', ''],
     ]);
-    expect(await chargeThenFill(redis)).toMatchObject({
-      executions: 1,
-      retry: IdempotencyErrorType.storeFull,
-    });
+    const outcome = await chargeThenFill(redis);
+    expect(outcome.executions).toBe(1);
+    expect(FULL_REDIS_ANSWERS).toContain(outcome.retry);
   });
 
   it('INFO and CONFIG both refused: refused at start unless the policy is stated; stated, it runs and executes once', async () => {
@@ -293,10 +295,9 @@ describe.skipIf(!hasRedis)('Redis that will not say how it evicts', () => {
         "with the store option maxmemoryPolicy: 'noeviction', or let this user run INFO",
     });
     const stated = { maxmemoryPolicy: 'noeviction' } as RedisStoreOptions;
-    expect(await chargeThenFill(redis, stated)).toMatchObject({
-      executions: 1,
-      retry: IdempotencyErrorType.storeFull,
-    });
+    const outcome = await chargeThenFill(redis, stated);
+    expect(outcome.executions).toBe(1);
+    expect(FULL_REDIS_ANSWERS).toContain(outcome.retry);
   });
 });
 
