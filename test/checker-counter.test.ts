@@ -1,11 +1,20 @@
 // How the checker reads the number that counts executions, and what a user is told about it: the
-// readings must all agree for a verdict, where they disagree the report says which said what, and
+// readings that count must all agree for a verdict (a number moving by fractions of its step, a
+// clock or other users' traffic, counts nothing), where they disagree the report says which said what, and
 // `--counter` (a JSON pointer into structuredContent, or a pattern on the text) names the number
 // when guessing is not enough. The server is `fixtures/checker/raw.ts --receipt`, correct: each
 // result names its caller and shows the caller's balance beside a count of every execution; with
 // `--others-charging` another user's charge moves that count beside every call.
 
 import { describe, expect, test } from 'vitest';
+import {
+  counterOf,
+  describeCounter,
+  executionsBetween,
+  noCount,
+  reading,
+  type Shown,
+} from '../packages/checker/effect.js';
 import { FIXTURE_CALL, faults, runChecker, stdioServer } from './fixtures/checker/harness.js';
 
 const CALL = [...FIXTURE_CALL, '--timeout-ms', '30000'];
@@ -16,22 +25,88 @@ const receipts = (...options: string[]) =>
 /** The table's last line when nothing failed or warned. */
 const CLEAN = /^0 failed \(MUST\), 0 warned \(SHOULD\), \d+ passed/m;
 
-describe('where the numbers a result shows disagree about what ran', () => {
-  test('the rule is not checkable, saying what each number said and to name one with --counter; exit 4', async () => {
+describe("where another user's traffic moves one of the numbers", () => {
+  test('the count that moves by fractions of its step is set aside, the balance gives every verdict; exit 0', async () => {
     // A replay: the caller's balance moved one step (the probe's), the global count three of its
-    // two-per-call steps (the other user's charge beside the retry and the probe, and the probe).
+    // two-per-call steps (the other user's charge beside the retry and the probe, and the probe):
+    // 1.5 executions, which no count of executions reads.
     const run = await runChecker([...receipts('--others-charging'), ...CALL]);
     expect(faults(run)).toEqual([]);
+    expect(run.counter).toBe('structuredContent /balance and structuredContent /executions (steps 1, 2)');
     expect(run.checks.get('replay.not-executed')).toMatchObject({
-      status: 'not checkable',
-      observed: expect.stringMatching(
-        /^the counter's numbers disagree \(the number after "Balance:" says 1 execution, the number after "execution" says 1\.5 executions\): the counter went from (\d+)\/(\d+) \(the original\) to \d+\/\d+ \(then a call without a key, one execution\); if one of them counts only these calls, name it with --counter$/,
-      ),
+      status: 'passed',
+      observed: expect.stringMatching(/, the call without a key alone$/),
     });
-    expect(run.unobserved).toContain('replay.not-executed');
-    expect(run.stderr).toMatch(/^Nothing certain about deduplication: .*--counter names it/);
-    expect(run.code).toBe(4);
+    expect(run.unobserved).toEqual([]);
+    expect(run.code).toBe(0);
   }, 90_000);
+});
+
+/** A result as the effect reader sees it: its text, and its structuredContent if any. */
+const shown = (text: string, structuredContent?: Record<string, unknown>): Shown => ({
+  kind: 'success',
+  value: { content: [{ type: 'text', text }], ...(structuredContent && { structuredContent }) },
+});
+
+describe('reading the effect the way a person would', () => {
+  test('structuredContent first: a timestamp in the text is not read while the balance is there', () => {
+    const counter = counterOf(
+      shown('charge 1 at 2026-07-28T10:00:00.120Z', { balance: 1 }),
+      shown('charge 1 at 2026-07-28T10:00:00.275Z', { balance: 2 }),
+    );
+    expect(counter && describeCounter(counter)).toBe('structuredContent /balance (step 1)');
+  });
+
+  test('a balance written with its thousands grouped reads as one number, across 1,000', () => {
+    const [a, b] = [shown('charge 1. New balance: 998'), shown('charge 1. New balance: 999')];
+    const counter = counterOf(a, b);
+    if (!counter) throw new Error('no counter');
+    expect(executionsBetween(counter, b, shown('charge 1. New balance: 1,000'))).toBe(1);
+    expect(executionsBetween(counter, b, shown('charge 1. New balance: 1,002'))).toBe(3);
+    expect(reading(counter, shown('charge 1. New balance: 12,345.5'))).toBe('12345.5');
+  });
+
+  test('a number that moves by a fraction of its step is set aside while another counts whole', () => {
+    const counter = counterOf(shown('Balance: 1 (execution 2)'), shown('Balance: 2 (execution 4)'));
+    if (!counter) throw new Error('no counter');
+    // The balance says one execution, the count 1.5 of its steps: the balance is the verdict.
+    expect(
+      executionsBetween(counter, shown('Balance: 2 (execution 4)'), shown('Balance: 3 (execution 7)')),
+    ).toBe(1);
+  });
+
+  test('a number that goes back while another counts on is set aside; one that goes back alone is a count', () => {
+    const counter = counterOf(shown('Balance: 1 (execution 1)'), shown('Balance: 2 (execution 2)'));
+    if (!counter) throw new Error('no counter');
+    expect(
+      executionsBetween(counter, shown('Balance: 2 (execution 9)'), shown('Balance: 3 (execution 3)')),
+    ).toBe(1);
+    const balance = counterOf(shown('Balance: 1'), shown('Balance: 2'));
+    if (!balance) throw new Error('no counter');
+    // A refund that ran took the balance back: still a count, and it says something else ran.
+    expect(executionsBetween(balance, shown('Balance: 5'), shown('Balance: 4'))).toBe(-1);
+  });
+
+  test('where no number moves by whole steps, no count is guessed: the account names --counter', () => {
+    const [a, b] = [shown('charge 1 at 10:00:00.120'), shown('charge 1 at 10:00:00.275')];
+    const counter = counterOf(a, b);
+    if (!counter) throw new Error('no counter');
+    const later = shown('charge 1 at 10:00:00.302');
+    expect(executionsBetween(counter, b, later)).toBeUndefined();
+    expect(noCount(counter, b, later, 'the retry, then the probe')).toMatch(
+      /^no number moved by a whole number of its steps \(.*\): the retry, then the probe; a number that moves by fractions, or backwards, counts something else; name the one that counts executions with --counter$/,
+    );
+  });
+
+  test('where whole readings disagree, no count is guessed either, and the account says which said what', () => {
+    const counter = counterOf(shown('Balance: 1 (execution 1)'), shown('Balance: 2 (execution 2)'));
+    if (!counter) throw new Error('no counter');
+    expect(
+      noCount(counter, shown('Balance: 2 (execution 2)'), shown('Balance: 3 (execution 4)'), 'the account'),
+    ).toBe(
+      'the counter\'s numbers disagree (the number after "Balance:" says 1 execution, the number after "execution" says 2 executions): the account; if one of them counts only these calls, name it with --counter',
+    );
+  });
 });
 
 describe('--counter names the number, and the report says which it read', () => {

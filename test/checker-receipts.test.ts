@@ -32,9 +32,8 @@ describe('a correct server whose receipts name the caller, with a balance per ca
     // Not checkable only where no client can observe; not applicable only where the call has `{}`.
     expect(withStatus(run, 'not checkable').sort()).toEqual([...NEVER_CHECKABLE].sort());
     expect(withStatus(run, 'not applicable')).toEqual(['equivalence.absent-arguments']);
-    expect(run.counter).toBe(
-      'the number after "Balance:" and the number after "execution" in the result\'s text (steps 1, 1)',
-    );
+    // structuredContent first: the values a program reads, named by their pointers.
+    expect(run.counter).toBe('structuredContent /balance and structuredContent /executions (steps 1, 1)');
     // The other caller's receipt names bob and shows bob's balance: his second charge, his 2.
     expect(run.checks.get('scope.per-caller')?.observed).toMatch(
       /^the other caller's call executed: "Charged 1 usd to bob\. Balance: 2 \(execution \d+\)"$/,

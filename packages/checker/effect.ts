@@ -5,7 +5,10 @@
 // moves it. Results read the way real ones do: the text may name the caller ("Charged 1 usd to
 // bob"), show a per-account balance beside a global count, or move one number by the amount
 // charged. So each counting number is found again by its label (the word before it) and by its
-// position, and a verdict is given whenever every reading that can be made agrees.
+// position, and a verdict is given whenever every reading that can be made agrees. Read as a person
+// reads them: `structuredContent` before the text, `1,000` as one thousand, and a number that moved
+// by a fraction of its step, or backwards, set aside as no count of executions (a timestamp, a
+// count of someone else's traffic) when another number gives a whole count.
 
 import { isObject } from './wire.js';
 
@@ -43,8 +46,13 @@ export interface Counter {
   found?: string;
 }
 
-/** A number as a result's text writes it. */
-const NUMBER = /-?\d+(?:\.\d+)?/g;
+/**
+ * A number as a result's text writes it: `-3`, `1.5`, and with its thousands grouped (`1,000`,
+ * `12 345` with a no-break space), read as one number, not two.
+ */
+const NUMBER = /-?\d{1,3}(?:[,\u00a0\u202f]\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?/g;
+/** The value of a number as the text writes it, its grouping left out. */
+const numberValue = (text: string) => Number(text.replace(/[,\u00a0\u202f]/g, ''));
 /** The last word before a number, and what stands between them (`balance: `, `execution #`). */
 const LABEL = /([\p{L}_][\p{L}\p{N}_]*)?[^\p{L}\p{N}]*$/u;
 
@@ -72,7 +80,7 @@ function textSpots(shown: Shown): Spot[] {
   const entries: [string, number][] = [];
   for (const match of text.matchAll(NUMBER)) {
     const before = text.slice(end, match.index);
-    entries.push([(LABEL.exec(before)?.[0] ?? '').replace(/\s+/g, ' ').trim(), Number(match[0])]);
+    entries.push([(LABEL.exec(before)?.[0] ?? '').replace(/\s+/g, ' ').trim(), numberValue(match[0])]);
     end = match.index + match[0].length;
   }
   return labelled(entries);
@@ -133,7 +141,7 @@ function find(option: CounterOption, shown: Shown): Found {
   // The first group is the number; a pattern without one is all number.
   const [whole, group] = match;
   const read = group ?? whole;
-  const value = Number(read.replace(/,/g, ''));
+  const value = numberValue(read);
   if (read.trim() !== '' && Number.isFinite(value)) return { value, text: whole };
   if (group === undefined)
     return {
@@ -168,7 +176,8 @@ function moved(a: Spot[], b: Spot[]): Mark[] {
 
 /**
  * The counter two executions of the same call show: the `--counter` a user named, or the numbers
- * that moved in the text, or else in `structuredContent`. An error shows no counter.
+ * that moved in `structuredContent` (the values a program reads), or else in the text. An error
+ * shows no counter.
  */
 export function counterOf(first: Shown, second: Shown, option?: CounterOption): Counter | undefined {
   if (first.kind === 'error' || second.kind === 'error') return undefined;
@@ -179,8 +188,8 @@ export function counterOf(first: Shown, second: Shown, option?: CounterOption): 
     return { source: 'option', marks, shown: 1, option, found: b.text };
   }
   for (const [source, spots] of [
-    ['text', textSpots],
     ['structuredContent', structuredSpots],
+    ['text', textSpots],
   ] as const) {
     const [a, b] = [spots(first), spots(second)];
     const marks = moved(a, b);
@@ -250,13 +259,28 @@ function countsBetween(counter: Counter, from: Shown, to: Shown): { mark: Mark; 
 
 const near = (a: number, b: number) => Math.abs(a - b) < 1e-9;
 
+/** A reading a counter can give: a whole number of executions. */
+const whole = (count: number) => near(count, Math.round(count));
+
 /**
- * How many executions moved the counter from `from` to `to`, as every reading that can be made
- * says: the count when they all agree. When they differ (one number moves by the amount charged,
- * another by one; a refund takes a balance back while a count goes on) but none of them says
- * `expected`, every reading says that something else ran, and that is the verdict: the count is
- * the whole reading nearest `expected` (on a tie, the one above it: one execution more). Undefined
- * when some readings say `expected` and others do not (`noCount` says which), or none can be made.
+ * The readings that count executions: whole ones, and of those the ones that went forwards when
+ * any did. A number that moved by a fraction of its step counts something else (a clock, other
+ * users' traffic), and so does one that went back while another counted on; one that went back
+ * alone still says something ran (a refund takes a balance back).
+ */
+function counting(counts: number[]): number[] {
+  const wholes = counts.filter(whole);
+  const forwards = wholes.filter((count) => count > -1e-9);
+  return forwards.length > 0 ? forwards : wholes;
+}
+
+/**
+ * How many executions moved the counter from `from` to `to`, as every reading that counts says
+ * (`counting`): the count when they all agree. When they differ (one number moves by the amount
+ * charged, another by one; a refund takes a balance back while a count goes on) but none of them
+ * says `expected`, every reading says that something else ran, and that is the verdict: the count
+ * is the reading nearest `expected` (on a tie, the one above it: one execution more). Undefined
+ * when some readings say `expected` and others do not, or none counts (`noCount` says which).
  */
 export function executionsBetween(
   counter: Counter,
@@ -264,17 +288,19 @@ export function executionsBetween(
   to: Shown,
   expected = 1,
 ): number | undefined {
-  const counts = countsBetween(counter, from, to).map(({ count }) => count);
+  const all = countsBetween(counter, from, to).map(({ count }) => count);
+  // Readings that are no count of executions are set aside while another reading is one; when
+  // none is, there is no verdict to give (`noCount` says why, and names --counter).
+  const counts = counting(all);
   const [first] = counts;
   if (first === undefined) return undefined;
   if (counts.every((c) => near(c, Math.round(first)))) return Math.round(first);
   if (counts.some((c) => near(c, expected))) return undefined;
-  const whole = counts.filter((c) => near(c, Math.round(c)));
   const nearest = (a: number, b: number) => {
     const [da, db] = [Math.abs(a - expected), Math.abs(b - expected)];
     return near(da, db) ? Math.max(a, b) : da < db ? a : b;
   };
-  return (whole.length > 0 ? whole : counts).reduce(nearest);
+  return counts.reduce(nearest);
 }
 
 /**
@@ -292,6 +318,8 @@ export function noCount(counter: Counter, from: Shown, to: Shown, account: strin
     const plural = counts.size === 1 && counts.has('1') ? '' : 's';
     return `${name} says ${[...counts].join(' or ')} execution${plural}`;
   });
+  if (countsBetween(counter, from, to).every(({ count }) => !whole(count)))
+    return `no number moved by a whole number of its steps (${each.join(', ')}): ${account}; a number that moves by fractions, or backwards, counts something else; name the one that counts executions with --counter`;
   return `the counter's numbers disagree (${each.join(', ')}): ${account}; if one of them counts only these calls, name it with --counter`;
 }
 

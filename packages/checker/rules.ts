@@ -57,7 +57,7 @@ import {
   unreadable,
   whileInProgress,
 } from './scenarios.js';
-import { KEY_SPELLINGS, otherArguments, renormalise, some, write } from './spellings.js';
+import { otherArguments, renormalise, some, write } from './spellings.js';
 import { fail, na, nc, pass, type Verdict } from './verdict.js';
 import { isObject } from './wire.js';
 
@@ -183,9 +183,16 @@ export const RULES: readonly Rule[] = [
       essential: true,
       judge: (run) =>
         counted(run, async (counter) => {
-          const { before, calls } = await keySpellings(run);
+          const { before, calls, refusedBases } = await keySpellings(run);
           const [first] = calls;
-          if (first?.call.kind === 'error') return nc(`the keyed call failed: ${describe(first.call)}`);
+          if (first?.call.kind === 'error')
+            return nc(
+              `the keyed call failed: ${describe(first.call)}${refusedBases.length > 1 ? ` (keys tried: ${refusedBases.map((b) => JSON.stringify(b.key)).join(', ')})` : ''}`,
+            );
+          // Keys the server would not take, under limits of its own: the spellings are of one it takes.
+          const limits = refusedBases.length
+            ? `; the server refused ${refusedBases.map((b) => `${JSON.stringify(b.key)} (${describe(b.call)})`).join(' and ')}, so the spellings are of one it takes`
+            : '';
           let prior = before;
           const readings = [reading(counter, before)];
           const refused: string[] = [];
@@ -215,8 +222,9 @@ export const RULES: readonly Rule[] = [
             readings.push(reading(counter, call));
           }
           const executed = calls.length - refused.length;
+          const hows = calls.slice(1).map((c) => c.how);
           return pass(
-            `${executed} spellings of one key executed once each (${JSON.stringify(first?.key)}, ${KEY_SPELLINGS.map((k) => k.how).join(', ')}): counter ${readings.join(' → ')}${refused.length ? `; ${refused.join('; ')}` : ''}`,
+            `${executed} spellings of one key executed once each (${JSON.stringify(first?.key)}, ${hows.join(', ')}): counter ${readings.join(' → ')}${refused.length ? `; ${refused.join('; ')}` : ''}${limits}`,
           );
         }),
     },
@@ -244,8 +252,9 @@ export const RULES: readonly Rule[] = [
       id: 'in-progress.not-blocked',
       sentence: 'and MUST NOT block the duplicate request indefinitely waiting for the original to finish.',
       needs: 'slowArguments',
-      judge: whileInProgress(({ original, duplicate, latency, remaining, held, extra }) => {
+      judge: whileInProgress(({ original, duplicate, latency, remaining, held, serial, extra }) => {
         const took = `answered after ${ms(latency)}`;
+        if (serial) return nc(serial);
         if (!held) return pass(`${took}, while the original ran ${ms(remaining)} more`);
         // A duplicate that executed took its own run's time; in-progress.not-executed reports it.
         if (extra > 0 && duplicate.kind !== 'error' && !same(original, duplicate))
@@ -260,7 +269,8 @@ export const RULES: readonly Rule[] = [
       sentence:
         'the server SHOULD reject the duplicate immediately with an error indicating a request with this key is already in progress […] servers SHOULD populate `error.data` with a structured value identifying this specific failure mode (for example `{"type": "idempotency_key_in_progress", "idempotencyKey": "<the key>"}`)',
       needs: 'slowArguments',
-      judge: whileInProgress(({ key, duplicate, latency, remaining, held }) => {
+      judge: whileInProgress(({ key, duplicate, latency, remaining, held, serial }) => {
+        if (serial) return nc(serial);
         const { type, idempotencyKey } = errorData(duplicate);
         const when = held ? `, after ${ms(latency)} of the original's ${ms(remaining)}` : '';
         const observed = `the duplicate got ${describe(duplicate)}${when}`;

@@ -6,7 +6,7 @@
 // many executions there were since the scenario's original, whatever the answers claimed.
 
 import { randomUUID } from 'node:crypto';
-import { describe, ms, notStored, refused, same } from './answers.js';
+import { describe, errorData, ms, notStored, refused, SEP_ERROR, same } from './answers.js';
 import {
   afterwards,
   type Counter,
@@ -19,7 +19,15 @@ import {
   unexpected,
 } from './effect.js';
 import { type Args, type Call, type CallSpec, type Run, sleep } from './run.js';
-import { ESCAPINGS, KEY_SPELLINGS, otherArguments, renormalise, respellings, write } from './spellings.js';
+import {
+  ESCAPINGS,
+  KEY_SPELLINGS,
+  opaqueBases,
+  otherArguments,
+  renormalise,
+  respellings,
+  write,
+} from './spellings.js';
 import { fail, nc, pass, type Verdict } from './verdict.js';
 
 /** A duplicate goes this long after its original, so that the original is surely under way. */
@@ -179,12 +187,28 @@ export async function retriedAfterAnotherKey(run: Run, counter: Counter) {
 /** A key with capitals, then each other spelling of it: three keys, each to execute once. */
 export const keySpellings = scenario(async (run) => {
   const before = run.standing() ?? (await run.probe());
-  const key = `Key-${randomUUID().toUpperCase()}`;
-  const calls = [{ key, how: 'as first sent', call: await run.call({ key }) }];
-  for (const { how, spell } of KEY_SPELLINGS)
-    calls.push({ key: spell(key), how, call: await run.call({ key: spell(key) }) });
+  // A key the server refuses (its own limits: UUIDs only, no capitals) executes nothing: the next
+  // base is tried, so that the spellings are of a key the server takes.
+  const refusedBases: { key: string; call: Call }[] = [];
+  let first: { key: string; how: string; call: Call } | undefined;
+  for (const key of opaqueBases(randomUUID())) {
+    first = { key, how: 'as first sent', call: await run.call({ key }) };
+    const { type } = errorData(first.call);
+    if (first.call.kind !== 'error' || type === SEP_ERROR.conflict || type === SEP_ERROR.inProgress) break;
+    refusedBases.push(first);
+  }
+  if (!first) throw new Error('no key to spell');
+  const base = first.key;
+  const calls = [first];
+  // Two other spellings: its lower case (its upper case if it has no capitals), and between spaces.
+  const differ = KEY_SPELLINGS.filter(({ spell }) => spell(base) !== base);
+  const lower = differ.some(({ how }) => how === 'in lower case');
+  const spellings = differ.filter(({ how }) => !(how === 'in upper case' && lower));
+  if (refusedBases.length < 3)
+    for (const { how, spell } of spellings)
+      calls.push({ key: spell(base), how, call: await run.call({ key: spell(base) }) });
   await run.probe(); // the counter as it stands, for the scenario after this one
-  return { before, calls };
+  return { before, calls, refusedBases };
 });
 
 /** Each way of writing the arguments again, or none left once the same as the original's bytes. */
@@ -341,6 +365,19 @@ export interface InProgress {
   probe?: Call;
   /** The same key once more, after the original finished: it must replay the original. */
   retry?: Call;
+  /** How long an unrelated request (`tools/list`) sent beside the duplicate took, if it was answered. */
+  unrelated?: number;
+}
+
+/**
+ * How long an unrelated request takes to be answered: sent beside a duplicate, it tells a server
+ * that holds the duplicate from one that answers one request at a time (a serial stdio loop),
+ * which holds every request behind the running one just the same.
+ */
+async function unrelatedLatency(run: Run): Promise<number | undefined> {
+  const sentAt = performance.now();
+  const answer = await run.peer.request('tools/list', '{}').catch(() => undefined);
+  return answer && answer.at - sentAt;
 }
 
 /**
@@ -360,7 +397,11 @@ export const inProgress = scenario(async (run): Promise<InProgress> => {
     sleep(DUPLICATE_DELAY_MS).then(() => false),
   ]);
   if (done) return { key, original: await pending };
-  const [original, duplicate] = await Promise.all([pending, run.call(spec)]);
+  const [original, duplicate, unrelated] = await Promise.all([
+    pending,
+    run.call(spec),
+    unrelatedLatency(run),
+  ]);
   if (original.kind === 'error') return { key, original, duplicate };
   // A duplicate that runs in the background starts when it arrives and takes as long as the original.
   // (With a margin of one duplicate delay, for a busy machine.)
@@ -370,7 +411,7 @@ export const inProgress = scenario(async (run): Promise<InProgress> => {
   const probe = await run.probe();
   const retry = await run.call(spec);
   await run.probe(); // the counter as it stands, for the scenario after this one
-  return { key, original, duplicate, probe, retry };
+  return { key, original, duplicate, probe, retry, unrelated };
 });
 
 export interface WhileInProgress {
@@ -381,6 +422,11 @@ export interface WhileInProgress {
   latency: number;
   remaining: number;
   held: boolean;
+  /**
+   * The server answers one request at a time: an unrelated request sent beside the duplicate was
+   * held as long. Then no answer shows how it treats a duplicate in progress; `serialNote` says so.
+   */
+  serial?: string;
   extra: number;
   moved: string;
   account: string;
@@ -392,7 +438,7 @@ export interface WhileInProgress {
 export function whileInProgress(judge: (o: WhileInProgress) => Verdict) {
   return (run: Run) =>
     counted(run, async (counter) => {
-      const { key, original, duplicate, probe, retry } = await inProgress(run);
+      const { key, original, duplicate, probe, retry, unrelated } = await inProgress(run);
       if (original.kind === 'error') return nc(`the slow keyed original failed: ${describe(original)}`);
       if (!duplicate)
         return nc(
@@ -409,6 +455,10 @@ export function whileInProgress(judge: (o: WhileInProgress) => Verdict) {
       const latency = duplicate.answer.at - duplicate.sentAt;
       const held = latency >= remaining * HELD_SHARE;
       const replayed = replays(counter, original, retry);
+      const serial =
+        held && unrelated !== undefined && unrelated >= remaining * HELD_SHARE
+          ? `the server answers one request at a time: a tools/list sent beside the duplicate waited ${ms(unrelated)} as well (the duplicate ${ms(latency)}, of the ${ms(remaining)} the original still ran), so the duplicate only arrived once the original was done`
+          : undefined;
       return judge({
         key,
         original,
@@ -416,6 +466,7 @@ export function whileInProgress(judge: (o: WhileInProgress) => Verdict) {
         latency,
         remaining,
         held,
+        ...(serial !== undefined && { serial }),
         extra,
         moved,
         account,

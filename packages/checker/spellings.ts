@@ -111,5 +111,12 @@ export function otherArguments(args: Args): Args | undefined {
  */
 export const KEY_SPELLINGS: { how: string; spell: (key: string) => string }[] = [
   { how: 'in lower case', spell: (key) => key.toLowerCase() },
+  { how: 'in upper case', spell: (key) => key.toUpperCase() },
   { how: 'between spaces', spell: (key) => ` ${key} ` },
 ];
+
+/**
+ * The first key the opacity check sends, and the ones it falls back to when a server refuses it
+ * under limits of its own (UUIDs only, say): each has capitals, so that its lower case differs.
+ */
+export const opaqueBases = (uuid: string) => [`Key-${uuid.toUpperCase()}`, uuid.toUpperCase(), uuid];
