@@ -17,7 +17,8 @@ import {
 } from '../packages/checker/effect.js';
 import { FIXTURE_CALL, faults, runChecker, stdioServer } from './fixtures/checker/harness.js';
 
-const CALL = [...FIXTURE_CALL, '--timeout-ms', '30000'];
+// The rules' own checks: the explorer reads the same counter (checker-explorer.test.ts).
+const CALL = [...FIXTURE_CALL, '--timeout-ms', '30000', '--budget', '0'];
 
 const receipts = (...options: string[]) =>
   stdioServer('test/fixtures/checker/flawed.ts', 'correct', '--receipt', ...options);

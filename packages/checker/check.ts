@@ -7,9 +7,13 @@
 // 1 when one failed, 2 for a bad command line, 3 when the server could not be reached, 4 when the
 // run checked nothing that matters (those rules could not be observed, or the exchange broke).
 
+import { randomInt } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import type { CounterOption } from './effect.js';
-import { counterMistake, type Report, RULES, Run, runChecks, type Status } from './rules.js';
+import { explore } from './explore.js';
+import { headline } from './headline.js';
+import { counterMistake, type Report, RULES, Run, runChecks, type Status, withExploration } from './rules.js';
+import { baseline } from './scenarios.js';
 import {
   connect,
   isObject,
@@ -34,8 +38,12 @@ const USAGE = `Usage: mcp-idempotency-check (--command "CMD ARGS…" [--arg A]�
   --other-header "K: V"  a second caller's credentials over HTTP, e.g. "Authorization: Bearer …" (scope check; repeatable)
   --forbidden-header "K: V"
                          the same caller's credentials that may not call --tool (authorization-at-replay check; repeatable)
+  --same-caller-header "K: V"
+                         a second credential of the same caller, e.g. a refreshed token (explored retries; repeatable)
   --counter WHERE        the number that counts executions, if guessing is not enough: a JSON pointer
                          into structuredContent (/balance), or a pattern on the text ("executions: (\\d+)")
+  --budget N             how many generated histories the explorer runs (default 30, or 30 s; 0: the rules' checks only)
+  --seed N               the explorer's seed, to repeat a run (default: a new one, printed)
   --timeout-ms N         how long to wait for any answer (default 10000)
   --json                 print the results as JSON
   --help                 print this, and exit 0
@@ -43,6 +51,11 @@ Exit status: 0 passed, 1 a MUST failed, 2 a bad command line, 3 the server could
 4 nothing certain about deduplication (the rules that rest on it could not be observed)`;
 
 class UsageError extends Error {}
+
+/** Histories the explorer runs unless --budget says otherwise: well within a minute on a quick server. */
+const DEFAULT_BUDGET = 30;
+/** Without --budget the explorer also stops generating after this long: a slow tool's run stays short. */
+const DEFAULT_EXPLORE_MS = 30_000;
 
 function parseCommandLine(argv: string[]) {
   const { values } = parseArgs({
@@ -61,6 +74,9 @@ function parseCommandLine(argv: string[]) {
       'other-tool': { type: 'string' },
       'other-header': { type: 'string', multiple: true, default: [] },
       'forbidden-header': { type: 'string', multiple: true, default: [] },
+      'same-caller-header': { type: 'string', multiple: true, default: [] },
+      budget: { type: 'string' },
+      seed: { type: 'string' },
       counter: { type: 'string' },
       'timeout-ms': { type: 'string', default: '10000' },
       json: { type: 'boolean', default: false },
@@ -79,6 +95,11 @@ function parseCommandLine(argv: string[]) {
     throw new UsageError(
       `--era must be ${MODERN_PROTOCOL_VERSION}, ${LEGACY_PROTOCOL_VERSION} or auto, got "${values.era}"`,
     );
+  const budget = values.budget === undefined ? DEFAULT_BUDGET : Number(values.budget);
+  if (!Number.isSafeInteger(budget) || budget < 0)
+    throw new UsageError(`--budget must be a whole number, 0 or more, got "${values.budget}"`);
+  const seed = values.seed === undefined ? randomInt(2 ** 31) : Number(values.seed);
+  if (!Number.isSafeInteger(seed)) throw new UsageError(`--seed must be an integer, got "${values.seed}"`);
   const timeoutMs = Number(values['timeout-ms']);
   if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 1) {
     throw new UsageError(`--timeout-ms must be a positive integer, got "${values['timeout-ms']}"`);
@@ -86,10 +107,12 @@ function parseCommandLine(argv: string[]) {
   let target: Target;
   if (values.command !== undefined) {
     if (
-      [values.header, values['other-header'], values['forbidden-header']].some((lines) => lines.length > 0)
+      [values.header, values['other-header'], values['forbidden-header'], values['same-caller-header']].some(
+        (lines) => lines.length > 0,
+      )
     ) {
       throw new UsageError(
-        '--header, --other-header and --forbidden-header apply to --url only (stdio has no headers)',
+        '--header, --other-header, --forbidden-header and --same-caller-header apply to --url only (stdio has no headers)',
       );
     }
     const [command, ...args] = [...splitCommandLine(values.command), ...values.arg];
@@ -104,6 +127,7 @@ function parseCommandLine(argv: string[]) {
   }
   const other = values['other-header'];
   const forbidden = values['forbidden-header'];
+  const sameCaller = values['same-caller-header'];
   return {
     target,
     otherHeaders: other.length > 0 ? headers('--other-header', other) : undefined,
@@ -112,6 +136,14 @@ function parseCommandLine(argv: string[]) {
       forbidden.length > 0 && target.kind === 'http'
         ? { ...target.headers, ...headers('--forbidden-header', forbidden) }
         : undefined,
+    // Likewise: the same caller, another credential of theirs.
+    sameCallerHeaders:
+      sameCaller.length > 0 && target.kind === 'http'
+        ? { ...target.headers, ...headers('--same-caller-header', sameCaller) }
+        : undefined,
+    budget,
+    budgetGiven: values.budget !== undefined,
+    seed,
     era,
     timeoutMs,
     json: values.json,
@@ -229,6 +261,7 @@ const UNOBSERVED = 4;
 function table(options: Options, peer: Peer, run: Run, report: Report): string {
   const { results } = report;
   const out: string[] = [];
+  out.push(headline(report));
   out.push(`SEP-3182 idempotency check of ${describeTarget(options.target)}`);
   out.push(`protocol ${peer.era}; tool ${options.inputs.tool} ${JSON.stringify(options.inputs.arguments)}`);
   out.push(`counter: ${report.counter ?? 'none found'}`);
@@ -246,7 +279,7 @@ function table(options: Options, peer: Peer, run: Run, report: Report): string {
     }
   }
   const count = (status: Status) => results.filter((r) => r.status === status).length;
-  out.push('');
+  out.push('', ...explorationLines(report));
   if (report.broken) {
     out.push(
       `The exchange broke during ${report.broken.during}: ${report.broken.reason}; ` +
@@ -264,6 +297,27 @@ function table(options: Options, peer: Peer, run: Run, report: Report): string {
   return `${out.join('\n')}\n`;
 }
 
+/** What the explorer did, and the shrunk history of what it found, to replay as it was sent. */
+function explorationLines({ exploration }: Report): string[] {
+  if (!exploration) return [];
+  const { histories, seed, budget, calls, unjudged, failure, notes } = exploration;
+  const out = [
+    `Explored ${histories} generated histories (--seed ${seed}, --budget ${budget}): ${calls} tools/call requests` +
+      (unjudged ? `, ${unjudged} left unjudged (the counter could not be read)` : '') +
+      (notes.length ? `; ${notes.join('; ')}` : ''),
+  ];
+  if (!failure) out.push('  every history did what the SEP requires of it');
+  else {
+    const { rule, steps, transcript } = failure;
+    out.push(
+      `  ✗ ${rule}: a history of ${steps.found} steps broke it, shrunk to ${steps.shrunk}; as sent, to replay:`,
+      ...transcript.map((line) => `    ${line}`),
+    );
+  }
+  out.push('');
+  return out;
+}
+
 /** The line that says why a run proved nothing, and what to pass; undefined if it proved something. */
 function unobservedLine({ unobserved, results, broken }: Report): string | undefined {
   if (unobserved.length === 0) return undefined;
@@ -277,6 +331,47 @@ function unobservedLine({ unobserved, results, broken }: Report): string | undef
     'that moves at each execution (a balance, a count); --counter names it where the checker cannot ' +
     'tell which number it is.'
   );
+}
+
+/**
+ * The report with the explorer's histories in it: over HTTP each may go over a fresh session, a
+ * second credential of the caller (`--same-caller-header`) or the other era where it is served.
+ */
+async function explored(
+  report: Report,
+  run: Run,
+  options: Options,
+  peer: Peer,
+  as: (option: string, headers?: Record<string, string>) => Promise<Peer | undefined>,
+  peers: Peer[],
+): Promise<Report> {
+  const { target, timeoutMs, budget, seed } = options;
+  if (budget === 0 || run.broken) return report;
+  const { counter } = await baseline(run).catch(() => ({ counter: undefined }));
+  if (!counter) return report;
+  const sameCaller = await as('--same-caller-header', options.sameCallerHeaders);
+  const reconnect =
+    target.kind === 'http'
+      ? async (era = peer.era) => {
+          const fresh = await connect(target, { era, timeoutMs });
+          peers.push(fresh);
+          return fresh;
+        }
+      : undefined;
+  const otherEra = await reconnect?.(
+    peer.era === MODERN_PROTOCOL_VERSION ? LEGACY_PROTOCOL_VERSION : MODERN_PROTOCOL_VERSION,
+  ).catch(() => undefined);
+  run.current = 'the explorer';
+  const exploration = await explore(run, counter, {
+    budget,
+    seed,
+    // Without --budget a run stays short on a slow tool too; with it, every history runs.
+    ...(!options.budgetGiven && { timeLimitMs: DEFAULT_EXPLORE_MS }),
+    ...(reconnect && { reconnect: () => reconnect() }),
+    ...(sameCaller && { sameCaller }),
+    ...(otherEra && { otherEra }),
+  });
+  return withExploration(report, exploration);
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -318,7 +413,7 @@ async function main(argv: string[]): Promise<number> {
     // end "not checkable" for it, so say what it found instead, as for a --tool the server lacks.
     const mistake = await counterMistake(run);
     if (mistake) throw new UsageError(mistake);
-    const report = await runChecks(run);
+    const report = await explored(await runChecks(run), run, options, peer, as, peers);
     const summary = {
       target: describeTarget(target),
       era: peer.era,
@@ -331,6 +426,10 @@ async function main(argv: string[]): Promise<number> {
       broken: report.broken ?? null,
       unobserved: report.unobserved,
       counter: report.counter ?? null,
+      headline: headline(report),
+      explored: report.exploration
+        ? { ...report.exploration, failure: report.exploration.failure ?? null }
+        : null,
     };
     if (options.json) {
       process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);

@@ -30,6 +30,7 @@ import {
   reading,
   unexpected,
 } from './effect.js';
+import type { Exploration } from './explore.js';
 import { type Broken, type Call, type CheckInputs, messageOf, type Run } from './run.js';
 import {
   absentArguments,
@@ -649,6 +650,21 @@ function judge(run: Run, rule: Rule): Promise<Verdict> {
   return rule.judge(run);
 }
 
+/**
+ * The report with the explorer's finding in it: the rule it breaks fails (or warns) with what the
+ * explorer saw, unless a scripted check of the rule already failed it.
+ */
+export function withExploration(report: Report, exploration: Exploration): Report {
+  const failure = exploration.failure;
+  const results = report.results.map((result) => {
+    if (!failure || failure.rule !== result.id || result.status === 'failed' || result.status === 'warned')
+      return result;
+    const status: Status = result.severity === 'failure' ? 'failed' : 'warned';
+    return { ...result, status, observed: `explored: ${failure.observed} (the shrunk history below)` };
+  });
+  return { ...report, results, exploration };
+}
+
 /** What a run found: each rule judged, and what keeps the run from meaning anything, if so. */
 export interface Report {
   results: CheckResult[];
@@ -659,6 +675,8 @@ export interface Report {
   unobserved: string[];
   /** Which numbers of the tool's result were read as its counter, in words; absent if none. */
   counter?: string;
+  /** What the generated histories found, when the explorer ran. */
+  exploration?: Exploration;
 }
 
 const ESSENTIAL = new Set(RULES.flatMap((rule) => ('essential' in rule && rule.essential ? [rule.id] : [])));
