@@ -2,7 +2,9 @@
 // --- `mcp-idempotency-check` (`npm run check` here): point the SEP-3182 checker at your own MCP server ---
 //
 // Parses the command line, connects (stdio or Streamable HTTP, either era), runs the checks in
-// `rules.ts` and prints them as a table for people or as JSON for programs. Exit status (the
+// `rules.ts`, then the explorer's generated histories (`explore.ts`), and prints them as a table
+// for people, under a headline saying what kind of server this is (`headline.ts`), or as JSON for
+// programs. Exit status (the
 // README's table): 0 when every rule that rests on deduplication was observed and no MUST failed,
 // 1 when one failed, 2 for a bad command line, 3 when the server could not be reached, 4 when the
 // run checked nothing that matters (those rules could not be observed, or the exchange broke).
