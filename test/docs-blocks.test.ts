@@ -629,6 +629,8 @@ list(CHECKER, '$ npm run check -- --command "node --import tsx test/fixtures/che
       expect(report).toContain(line.trim().split(/\s+/)[1]);
   },
 });
+// The explorer's report of a flawed fixture (it exits 1): test/checker-explorer.test.ts runs it.
+list(CHECKER, 'A server that deduplicates, but executes a duplicate', { kind: 'output' });
 list(CHECKER, '$ npm run check -- --command ".venv/bin/python', {
   kind: 'fragment',
   needs:

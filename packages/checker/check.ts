@@ -312,7 +312,7 @@ function explorationLines({ exploration }: Report): string[] {
   else {
     const { rule, steps, transcript } = failure;
     out.push(
-      `  ✗ ${rule}: a history of ${steps.found} steps broke it, shrunk to ${steps.shrunk}; as sent, to replay:`,
+      `  ✗ ${rule}: a history of ${steps.found} step${steps.found === 1 ? '' : 's'} broke it, shrunk to ${steps.shrunk}; as sent, to replay:`,
       ...transcript.map((line) => `    ${line}`),
     );
   }

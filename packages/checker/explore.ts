@@ -538,6 +538,10 @@ async function perform(ctx: Ctx, history: History, early: Early[]): Promise<Find
       record.retried = true;
       const seconds = Math.round((performance.now() - record.at) / 1000);
       const since = `${seconds} s and ${run.keyedCalls - record.keyedCalls} keyed calls after its original`;
+      // The original, made before this history, heads its transcript: a replay starts with it.
+      ctx.transcript.push(
+        `${ctx.transcript.length + 1}. ${request(run.inputs.tool, JSON.stringify(run.inputs.arguments), record.key)} (when exploring began, ${seconds} s before the next line) → ${describe(record.stored)}`,
+      );
       const call = await send(ctx, {
         tool: run.inputs.tool,
         text: JSON.stringify(run.inputs.arguments),
