@@ -323,7 +323,7 @@ function explorationLines({ exploration }: Report): string[] {
 /** The line that says why a run proved nothing, and what to pass; undefined if it proved something. */
 function unobservedLine({ unobserved, results, broken }: Report): string | undefined {
   if (unobserved.length === 0) return undefined;
-  const rules = `${unobserved.length} rules that rest on it could not be observed (${unobserved.join(', ')})`;
+  const rules = `${unobserved.length === 1 ? '1 rule that rests' : `${unobserved.length} rules that rest`} on it could not be observed (${unobserved.join(', ')})`;
   if (broken)
     return `Nothing certain about deduplication: the exchange broke during ${broken.during}, so ${rules}. The server must answer every call within --timeout-ms.`;
   const first = results.find((r) => r.id === unobserved[0]);

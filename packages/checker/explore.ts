@@ -682,8 +682,14 @@ async function pair(ctx: Ctx, step: Extract<Step, { kind: 'pair' }>): Promise<Fi
       ? ', sent together with the call above'
       : `, sent ${delay} ms after the call above${step.slow ? ', while it ran' : ''}`) +
     CONN_WORDS[step.conn];
-  const sending = send(ctx, { tool: first.tool, text: first.text, key, conn: 'main' });
+  let firstAnswered = false;
+  const sending = send(ctx, { tool: first.tool, text: first.text, key, conn: 'main' }).finally(() => {
+    firstAnswered = true;
+  });
   await sleep(delay);
+  // Sent while the first still ran, a duplicate that executes breaks the in-progress rule, however
+  // it is spelled; sent after the first was answered, it is a retry.
+  const whileFirstRan = !firstAnswered;
   const later = send(ctx, { tool: second.tool, text: second.text, key, conn: step.conn, note: when });
   const [a, b] = await Promise.all([sending, later]);
   const due = record ? 0 : 1;
@@ -698,7 +704,9 @@ async function pair(ctx: Ctx, step: Extract<Step, { kind: 'pair' }>): Promise<Fi
       ? (second.rule ?? 'conflict.other-arguments')
       : record
         ? retryRule(ctx, key, step.conn, second.rule).rule
-        : (second.rule ?? 'in-progress.not-executed');
+        : whileFirstRan
+          ? 'in-progress.not-executed'
+          : (second.rule ?? 'replay.not-executed');
     const what = sameRequest ? `${second.what}, a duplicate` : `${second.what}, a different request`;
     return {
       rule,

@@ -51,12 +51,13 @@ export function headline(report: Report): string {
     if (retriesRan)
       return 'Declares tools.idempotency, but ignores `idempotencyKey`: every keyed retry executed again';
   }
-  if (report.unobserved.length > 0)
-    return 'Not judged: nothing certain about deduplication (the call, its counter or the exchange could not be read)';
+  // A broken rule is certain whatever else could not be read: it leads, as it sets the exit status.
   const finding = report.exploration?.failure;
   if (finding) return `A server that ${exploredKind(finding.rule, finding.observed)} (${finding.rule})`;
-  const first = failed[0];
-  if (first) return `A server that deduplicates, but breaks ${failed.map((r) => r.id).join(', ')}`;
+  if (failed.length > 0)
+    return `A server that deduplicates, but breaks ${failed.map((r) => r.id).join(', ')}`;
+  if (report.unobserved.length > 0)
+    return 'Not judged: nothing certain about deduplication (the call, its counter or the exchange could not be read)';
   const histories = report.exploration ? ` and ${report.exploration.histories} generated histories` : '';
   return `A server that deduplicates as SEP-3182 asks, as far as its rules${histories} show`;
 }

@@ -662,7 +662,9 @@ export function withExploration(report: Report, exploration: Exploration): Repor
     const status: Status = result.severity === 'failure' ? 'failed' : 'warned';
     return { ...result, status, observed: `explored: ${failure.observed} (the shrunk history below)` };
   });
-  return { ...report, results, exploration };
+  // A rule the explorer broke was observed after all, whatever its scripted check could not see.
+  const unobserved = report.unobserved.filter((id) => id !== failure?.rule);
+  return { ...report, results, unobserved, exploration };
 }
 
 /** What a run found: each rule judged, and what keeps the run from meaning anything, if so. */
