@@ -110,6 +110,31 @@ describe('the other exit statuses', () => {
     expect(run.code).toBe(3);
   });
 
+  test.each([
+    [
+      'node',
+      'no-such-server.js',
+      /: the server exited \(1\): Error: Cannot find module '.*no-such-server\.js'\n$/,
+    ],
+    [
+      'node --import tsx',
+      'no-such-server.ts',
+      /: the server exited \(1\): Error \[ERR_MODULE_NOT_FOUND\]: Cannot find module '.*no-such-server\.ts'/,
+    ],
+    [
+      'python3 -c',
+      '"import no_such_server"',
+      /: the server exited \(1\): ModuleNotFoundError: No module named 'no_such_server'\n$/,
+    ],
+  ])(
+    '3 for a server that cannot start (%s %s), with the error line its runtime printed',
+    async (runtime, file, said) => {
+      const run = await runChecker(['--command', `${runtime} ${file}`, '--tool', 'x']);
+      expect(run.stderr).toMatch(said);
+      expect(run.code).toBe(3);
+    },
+  );
+
   test('3 for a server that never answers, naming the request it did not answer', async () => {
     const run = await runChecker([
       '--command',

@@ -19,7 +19,7 @@ import { randomInt, randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { canonical, describe, errorData, SEP_ERROR, same } from './answers.js';
 import { type Counter, executionsBetween, reading } from './effect.js';
-import type { Args, Call, Run } from './run.js';
+import { type Args, type Call, type Run, sleep } from './run.js';
 import { ESCAPINGS, renormalise, respellings, write } from './spellings.js';
 import { isObject, type Peer } from './wire.js';
 
@@ -747,8 +747,6 @@ async function pair(ctx: Ctx, step: Extract<Step, { kind: 'pair' }>): Promise<Fi
     };
   return undefined;
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
 
 // --- The explorer ---
 

@@ -6,6 +6,7 @@
 
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 // The checker's own copies of the protocol's constants, written from the specification: it shares
 // no code with the server it checks, so a mistake there cannot hide a mistake here.
@@ -123,6 +124,16 @@ export async function connect(target: Target, options: ConnectOptions): Promise<
 
 // --- stdio: one JSON-RPC message per line, answers matched by id ---
 
+/**
+ * What a server that exited said of why: the error line its runtime printed (Node's `Error: Cannot
+ * find module …`, Python's `ModuleNotFoundError: …`), else the last lines it wrote.
+ */
+export function whyItExited(stderr: string[]): string {
+  const error = stderr.findLast((line) => /^[\w.]*(Error|Exception)\b[^:]*: /.test(line));
+  if (error) return `: ${error}`;
+  return stderr.length ? `: ${stderr.slice(-5).join('\n')}` : '';
+}
+
 /** Splits a command line on spaces, honouring '…' and "…" quotes (no shell is involved). */
 export function splitCommandLine(line: string): string[] {
   const words: string[] = [];
@@ -142,12 +153,15 @@ function stdioExchange(target: Extract<Target, { kind: 'stdio' }>, { timeoutMs }
     waiting.clear();
   };
   child.on('error', (error) => failAll(new Error(`could not start ${target.command}: ${error.message}`)));
-  child.on('exit', (code, signal) =>
-    failAll(
-      new Error(
-        `the server exited (${signal ?? code})${stderr.length ? `: ${stderr.slice(-5).join('\n')}` : ''}`,
+  // The exit can come before the last of stderr is read: its end is waited for, briefly, as a
+  // process the server started may hold the pipe open.
+  const stderrRead = new Promise<void>((resolve) => child.stderr.on('end', resolve));
+  child.on(
+    'exit',
+    (code, signal) =>
+      void Promise.race([stderrRead, sleep(200)]).then(() =>
+        failAll(new Error(`the server exited (${signal ?? code})${whyItExited(stderr)}`)),
       ),
-    ),
   );
   child.stdin.on('error', () => {}); // the exit handler reports a server that went away
   createInterface({ input: child.stderr }).on('line', (line) => stderr.push(line));
