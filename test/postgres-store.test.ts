@@ -1,9 +1,9 @@
 // The Postgres store against a real Postgres: what only Postgres can get wrong. The store contract
 // every store keeps (claims, replays, leases, retention, continuations, quotas) is
-// test/store-contract.test.ts; here, a tool's writes in its record's transaction, expired records
-// reaped off the claim path, each caller's usage row, the statements each decision costs, a claim
-// whose process died freed at once, records kept across a restart of Postgres itself, and failing
-// closed when Postgres is down or frozen.
+// test/store-contract.test.ts, with a tool's writes in its record's transaction; here, that
+// transaction's retention and pool, expired records reaped off the claim path, each caller's usage
+// row, the statements each decision costs, a claim whose process died freed at once, records kept
+// across a restart of Postgres itself, and failing closed when Postgres is down or frozen.
 
 import type { ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -110,58 +110,6 @@ describe.skipIf(!postgres)("a tool's writes in its record's transaction", () => 
     return tx;
   };
 
-  it('commits the write with its record: invisible before complete, both there after', async () => {
-    const store = await openStore();
-    const id = newId();
-    const ticket = await claimTicket(store, id);
-    await write(store, ticket);
-    expect(await effectsOf(id)).toBe(0);
-
-    expect(await store.complete(ticket, RESULT, RETENTION_MS)).toBe(true);
-
-    expect(await effectsOf(id)).toBe(1);
-    expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
-      state: 'completed',
-      fingerprint: FINGERPRINT,
-      response: RESULT,
-    });
-  });
-
-  it('rolls the write back with a record whose claim lost its key, and leaves the new holder its claim', async () => {
-    const [stalled, survivor] = await Promise.all([openStore(), openStore()]);
-    const id = newId();
-    const stale = await claimTicket(stalled, id, SHORT_MS);
-    await write(stalled, stale);
-    await waitUntil(async () => (await rowOf(id)) === undefined);
-    const fresh = await claimTicket(survivor, id);
-
-    expect(await stalled.complete(stale, RESULT, RETENTION_MS)).toBe(false);
-
-    expect(await effectsOf(id)).toBe(0);
-    expect(await stalled.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
-      state: 'inProgress',
-      fingerprint: FINGERPRINT,
-    });
-    expect(await survivor.complete(fresh, RESULT, RETENTION_MS)).toBe(true);
-  });
-
-  it("records the tool's error on its own when a statement of the tool's failed its transaction, and nothing it wrote stands", async () => {
-    const store = await openStore();
-    const id = newId();
-    const ticket = await claimTicket(store, id);
-    const tx = await write(store, ticket);
-    await expect(tx.query('SELECT 1 / 0')).rejects.toThrow(/division by zero/);
-
-    expect(await store.complete(ticket, ERROR, RETENTION_MS)).toBe(true);
-
-    expect(await effectsOf(id)).toBe(0);
-    expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
-      state: 'completed',
-      fingerprint: FINGERPRINT,
-      response: ERROR,
-    });
-  });
-
   it('counts the retention from the answer, not from the transaction’s BEGIN, however long the tool ran', async () => {
     const store = await openStore();
     const id = newId();
@@ -185,18 +133,6 @@ describe.skipIf(!postgres)("a tool's writes in its record's transaction", () => 
       response: RESULT,
     });
     expect(await effectsOf(id)).toBe(1);
-  });
-
-  it('rolls the write back on release: nothing ran, as far as anyone can see', async () => {
-    const store = await openStore();
-    const id = newId();
-    const ticket = await claimTicket(store, id);
-    await write(store, ticket);
-
-    expect(await store.release(ticket)).toBe(true);
-
-    expect(await effectsOf(id)).toBe(0);
-    expect((await store.claim(id, FINGERPRINT, LEASE_MS)).state).toBe('claimed');
   });
 
   it('hands every connection back: as many transactions in a row as the pool has connections, and more', async () => {

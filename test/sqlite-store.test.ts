@@ -1,9 +1,10 @@
 // The SQLite store on a real file: what only a file shared by processes can get wrong. The store
-// contract every store keeps is test/store-contract.test.ts; here, processes racing on one file
-// (each key executed once, counted on the ledger in the same file), a process SIGKILLed at each
-// phase of a call, a dead holder's key taken at once, records replayed byte for byte after a
-// restart, a tool's writes in its record's transaction, and failing closed, never executing twice,
-// on a file that is locked, read-only, deleted, full, damaged, or of another schema.
+// contract every store keeps, and a tool's writes in its record's transaction, are
+// test/store-contract.test.ts; here, processes racing on one file (each key executed once, counted on
+// the ledger in the same file), a process SIGKILLed at each phase of a call, a dead holder's key taken
+// at once, records replayed byte for byte after a restart, statements that would end a record's
+// transaction under it, and failing closed, never executing twice, on a file that is locked,
+// read-only, deleted, full, damaged, or of another schema.
 
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -536,76 +537,6 @@ describe("a tool's writes in its record's transaction", () => {
       );
     return { file, store, effectsOf };
   }
-
-  it('commits the write with its record: invisible to another connection before complete, both there after', async () => {
-    const { file, store, effectsOf } = await setUp();
-    const other = await openStore(file);
-    const id = newId();
-    const ticket = await claimTicket(store, id);
-    const tx = await store.begin(ticket);
-    tx.run('INSERT INTO effects VALUES (?)', id.idempotencyKey);
-    const seen = await other.claim(id, FINGERPRINT, LEASE_MS);
-
-    expect(await store.complete(ticket, RESULT, RETENTION_MS)).toBe(true);
-
-    // While it ran, the other connection read the claim, not the write.
-    expect(seen.state).toBe('inProgress');
-    expect(await effectsOf(id)).toBe(1);
-    expect(await other.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
-      state: 'completed',
-      fingerprint: FINGERPRINT,
-      response: RESULT,
-    });
-  });
-
-  it('rolls the write back with a record whose claim lost its key, and leaves the new holder its claim', async () => {
-    const { store, effectsOf } = await setUp();
-    const id = newId();
-    const stale = await claimTicket(store, id, SHORT_MS);
-    await new Promise((resolve) => setTimeout(resolve, SHORT_MS + 50));
-    const fresh = await claimTicket(store, id);
-    const tx = await store.begin(stale);
-    tx.run('INSERT INTO effects VALUES (?)', id.idempotencyKey);
-
-    expect(await store.complete(stale, RESULT, RETENTION_MS)).toBe(false);
-
-    expect(await effectsOf(id)).toBe(0);
-    expect(await store.claim(id, OTHER_FINGERPRINT, LEASE_MS)).toStrictEqual({
-      state: 'inProgress',
-      fingerprint: FINGERPRINT,
-    });
-    expect(await store.complete(fresh, RESULT, RETENTION_MS)).toBe(true);
-  });
-
-  it("records the tool's error on its own when a statement of the tool's failed, and nothing it wrote stands", async () => {
-    const { store, effectsOf } = await setUp();
-    const id = newId();
-    const ticket = await claimTicket(store, id);
-    const tx = await store.begin(ticket);
-    tx.run('INSERT INTO effects VALUES (?)', id.idempotencyKey);
-    expect(() => tx.run('INSERT INTO effects VALUES (NULL)')).toThrow(/NOT NULL/);
-
-    expect(await store.complete(ticket, ERROR, RETENTION_MS)).toBe(true);
-
-    expect(await effectsOf(id)).toBe(0);
-    expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
-      state: 'completed',
-      fingerprint: FINGERPRINT,
-      response: ERROR,
-    });
-  });
-
-  it('rolls the write back on release: nothing ran, nothing stands', async () => {
-    const { store, effectsOf } = await setUp();
-    const id = newId();
-    const ticket = await claimTicket(store, id);
-    (await store.begin(ticket)).run('INSERT INTO effects VALUES (?)', id.idempotencyKey);
-
-    expect(await store.release(ticket)).toBe(true);
-
-    expect(await effectsOf(id)).toBe(0);
-    expect((await store.claim(id, FINGERPRINT, LEASE_MS)).state).toBe('claimed');
-  });
 
   it('refuses a statement that would commit or roll back the record’s transaction under it', async () => {
     const { store } = await setUp();

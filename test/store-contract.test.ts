@@ -1,7 +1,8 @@
 // The store contract (test/support/store-contract.ts) against every store the library ships: the
 // memory store, a SQLite file, Redis, a three-master Redis Cluster and Postgres, each on a private
-// server (or file) this file starts. What each store's backend alone can get wrong is in that
-// store's own test file.
+// server (or file) this file starts; and, on SQLite and Postgres, a tool's writes in its record's
+// transaction (test/support/transactional-contract.ts). What each store's backend alone can get
+// wrong is in that store's own test file.
 
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -23,6 +24,7 @@ import {
 } from '../demo/processes/redis.js';
 import { describeStoreContract } from './support/store-contract.js';
 import { FINGERPRINT, LEASE_MS, newId } from './support/store-fixtures.js';
+import { describeTransactionalContract } from './support/transactional-contract.js';
 
 const [redis, cluster, postgres] = await Promise.all([startRedis(), startRedisCluster(), startPostgres()]);
 if (!redis) console.warn(REDIS_SKIP_REASON);
@@ -226,5 +228,56 @@ describeStoreContract(
       // The claims really ran side by side: each pool opened more than one session.
       expect((one?.pool.totalCount ?? 0) + (two?.pool.totalCount ?? 0)).toBeGreaterThan(2);
     },
+  },
+);
+
+// --- A tool's writes in its record's transaction: SQLite and Postgres ---
+
+/** Its own file: the contract above fills the suite's file to its bound. */
+const writesFile = join(sqliteDir, 'writes.sqlite');
+const sqliteWrites = await SqliteIdempotencyStore.open(writesFile);
+await sqliteWrites.transaction((db) => db.run('CREATE TABLE effects (idempotency_key TEXT NOT NULL)'));
+afterAll(() => sqliteWrites.close());
+
+describeTransactionalContract<SqliteIdempotencyStore>('a SQLite file', {
+  open: () => SqliteIdempotencyStore.open(writesFile),
+  write: async (store, ticket) =>
+    (await store.begin(ticket)).run('INSERT INTO effects VALUES (?)', ticket.idempotencyKey),
+  failStatement: async (store, ticket) =>
+    (await store.begin(ticket)).run('INSERT INTO effects VALUES (NULL)'),
+  failure: /NOT NULL/,
+  // Read as a server reads its own tables: the last commit, whoever holds the write lock.
+  effectsOf: async (id) =>
+    Number(
+      await sqliteWrites.read(
+        (db) => db.get('SELECT count(*) AS n FROM effects WHERE idempotency_key = ?', id.idempotencyKey)?.n,
+      ),
+    ),
+});
+
+const effectsTable = `${tablePrefix}effects`;
+await postgres?.admin.query(`CREATE TABLE ${effectsTable} (idempotency_key text NOT NULL)`);
+
+describeTransactionalContract<PostgresIdempotencyStore>(
+  'Postgres',
+  postgres && {
+    open: () =>
+      PostgresIdempotencyStore.connect(postgres.url, {
+        tablePrefix,
+        statementTimeoutMs: POSTGRES_STATEMENT_TIMEOUT_MS,
+      }),
+    write: async (store, ticket) => {
+      await (await store.begin(ticket)).query(`INSERT INTO ${effectsTable} (idempotency_key) VALUES ($1)`, [
+        ticket.idempotencyKey,
+      ]);
+    },
+    failStatement: async (store, ticket) => (await store.begin(ticket)).query('SELECT 1 / 0'),
+    failure: /division by zero/,
+    effectsOf: async (id) =>
+      (
+        await postgres.admin.query(`SELECT 1 FROM ${effectsTable} WHERE idempotency_key = $1`, [
+          id.idempotencyKey,
+        ])
+      ).rows.length,
   },
 );
