@@ -9,26 +9,18 @@
 //
 // Built on the current SDK line (@modelcontextprotocol/server 2.x): one factory serves the
 // 2026-07-28 stateless protocol (`server/discover`, per-request envelope) and 2025-11-25
-// clients (initialize, then calls), over stdio and over HTTP.
+// clients (initialize, then calls), over stdio and over HTTP. Beside it in demo/hosting/: the
+// refund tool that asks before it acts (refund-tool.ts), which token may call which tool
+// (scopes.ts), and the registry that lets a v1 server register the same tools (tool-registry.ts).
 
 import { pathToFileURL } from 'node:url';
-import {
-  acceptedContent,
-  inputRequired,
-  inputResponse,
-  McpServer,
-  type RequestStateCodec,
-  requireScopes,
-  type ServerContext,
-} from '@modelcontextprotocol/server';
+import { McpServer, type RequestStateCodec } from '@modelcontextprotocol/server';
 import {
   type Caller,
   ClaimsInFlight,
   type DecisionEvent,
   type IdempotencyStore,
-  principalScope,
   providerKey,
-  scopeWithin,
 } from 'mcp-request-idempotency';
 import { installIdempotencyGuard, verifyGuardSeesKeys } from 'mcp-request-idempotency/sdk-v2';
 import { z } from 'zod';
@@ -36,9 +28,22 @@ import { openBackends } from './demo/hosting/backends.js';
 import { messageOf, readCommandLine } from './demo/hosting/cli.js';
 import { parseBearerTokens } from './demo/hosting/http.js';
 import { batchDecisionLines, logDecision } from './demo/hosting/log.js';
+import {
+  processRequestStateCodec,
+  type RefundState,
+  registerRefundTool,
+} from './demo/hosting/refund-tool.js';
 import { REQUEST_STATE_TTL_SECONDS, requestStateCodec } from './demo/hosting/request-state.js';
+import { CALLER_SCOPES, DEMO_SCOPES, demoScopeOf } from './demo/hosting/scopes.js';
 import { serve } from './demo/hosting/serve.js';
 import { startTelemetry } from './demo/hosting/telemetry.js';
+import {
+  amountInput,
+  type DemoToolResult,
+  noInput,
+  scopedRegistry,
+  type ToolRegistry,
+} from './demo/hosting/tool-registry.js';
 import { CHARGE_LIMIT, ChargeDeclined, type Ledger } from './ledger.js';
 
 export const SERVER_INFO = { name: 'sep-3182-idempotency-demo', version: '0.1.0' };
@@ -56,81 +61,11 @@ export interface DemoServerOptions {
   onDecision?: (event: DecisionEvent) => void;
 }
 
-const chargeInput = z.object({
-  amount: z.number().int().positive().describe('Amount to charge, in minor units (cents)'),
-});
 const chargeOutput = z.object({
   charged: z.number().int().describe('The amount this call charged'),
   balance: z.number().int().describe('The ledger balance after the charge'),
 });
 const balanceOutput = z.object({ balance: z.number().int().describe('The current ledger balance') });
-const noInput = z.object({});
-
-/** What a demo tool answers: text for people, structured content for programs; a declined
- * charge, text alone, marked `isError`. (A type alias: both SDK lines type a tool result as a
- * Record.) */
-export type DemoToolResult = {
-  content: Array<{ type: 'text'; text: string }>;
-  structuredContent?: Record<string, unknown>;
-  isError?: boolean;
-};
-
-/**
- * What each tool needs the caller's token to allow. Over HTTP the SDK checks it before any
- * dispatch, so before the guard: a replay is refused exactly as an execution would be (SEP: "a
- * replayed response MUST still be subject to whatever authorization check would ordinarily govern
- * access to it"). Over stdio the caller is the local user, with no token: every tool is allowed.
- */
-export const DEMO_SCOPES = { charge: 'charge', refund: 'refund', read: 'read', admin: 'admin' } as const;
-
-export type DemoScope = (typeof DEMO_SCOPES)[keyof typeof DEMO_SCOPES];
-
-/**
- * The records' scope: the principal of the verified token (the guard's default, `principalScope`),
- * and, for a token that may only read, a scope of its own within it. Such a token's keyed calls
- * can only be of tools that change nothing, so nothing is lost by not replaying them to the
- * principal's other tokens; and a read-only token, perhaps handed to a dashboard, cannot use up the
- * quota of records the principal's charges need.
- */
-export function demoScopeOf(caller: Caller): string {
-  const scope = principalScope(caller);
-  const granted = caller.authInfo?.scopes;
-  return granted?.every((s) => s === DEMO_SCOPES.read) ? scopeWithin(scope, 'read-only') : scope;
-}
-
-/**
- * What a token entry that names no scopes may do: everything but `admin`. `admin` resets every
- * caller's balance and records, a running call's included (its retry would execute again), so it
- * is an operator's, given only by name.
- */
-export const CALLER_SCOPES: readonly DemoScope[] = [DEMO_SCOPES.charge, DEMO_SCOPES.refund, DEMO_SCOPES.read];
-
-interface ToolConfig<Input> {
-  description: string;
-  /** The OAuth scope a caller's token needs to call the tool. */
-  scope: DemoScope;
-  inputSchema: Input;
-  outputSchema: z.ZodObject;
-  annotations?: { readOnlyHint?: boolean; idempotentHint?: boolean; openWorldHint?: boolean };
-}
-
-/**
- * Registers the demo's tools on a server of either SDK line: both take these zod schemas and a
- * callback typed by them. One method per input schema, so each line's `registerTool` sees a
- * concrete schema type. (A server on the v1 line, in the tests, registers the same tools.)
- */
-export interface ToolRegistry {
-  withAmount(
-    name: string,
-    config: ToolConfig<typeof chargeInput>,
-    run: (args: z.infer<typeof chargeInput>) => Promise<DemoToolResult>,
-  ): void;
-  withoutArguments(
-    name: string,
-    config: ToolConfig<typeof noInput>,
-    run: () => Promise<DemoToolResult>,
-  ): void;
-}
 
 /** The demo's tools, with no idempotency logic in any of them. */
 export function registerDemoTools(tools: ToolRegistry, ledger: Ledger, store: IdempotencyStore): void {
@@ -161,7 +96,7 @@ export function registerDemoTools(tools: ToolRegistry, ledger: Ledger, store: Id
       {
         description,
         scope: DEMO_SCOPES.charge,
-        inputSchema: chargeInput,
+        inputSchema: amountInput,
         outputSchema: chargeOutput,
         annotations: { readOnlyHint: false, idempotentHint: false, openWorldHint: true },
       },
@@ -202,92 +137,6 @@ export function registerDemoTools(tools: ToolRegistry, ledger: Ledger, store: Id
   );
 }
 
-// --- A tool that asks before it acts: a multi-round-trip call (2026-07-28) ---
-//
-// `refund_order` answers its opening round with `input_required`: a question for the user, and a
-// sealed `requestState` naming the refund. The client sends the call again with the answer (a
-// continuation) and only a yes refunds. On a 2025-11-25 connection the SDK asks the question
-// itself, inside the one call. Like the others, this tool carries no idempotency logic: the
-// guard's rules for continuations are in packages/idempotency/core/guard.ts, and the seal binds a
-// state to the idempotency key of the round that minted it (demo/hosting/request-state.ts), so one
-// yes is one refund: carried to another key, or sent with none, it is refused before this runs.
-
-/** What `refund_order` seals into its `requestState`: the refund the question was about. */
-export interface RefundState {
-  tool: 'refund_order';
-  orderId: string;
-  amount: number;
-}
-
-let processCodec: RequestStateCodec<RefundState> | undefined;
-
-/** A codec with a key of this process's own: enough when one process serves every round. */
-function processRequestStateCodec(): RequestStateCodec<RefundState> {
-  processCodec ??= requestStateCodec<RefundState>(crypto.getRandomValues(new Uint8Array(32)));
-  return processCodec;
-}
-
-const refundInput = z.object({
-  orderId: z.string().min(1).max(64).describe('The order to refund'),
-  amount: z.number().int().positive().describe('Amount to refund, in minor units (cents)'),
-});
-const refundOutput = z.object({
-  orderId: z.string(),
-  refunded: z.number().int().describe('The amount this call refunded: 0 when the user said no'),
-  balance: z.number().int().describe('The ledger balance after the call'),
-});
-const confirmation = z.object({ confirm: z.boolean().describe('Refund this order?') });
-
-function registerRefundTool(mcp: McpServer, ledger: Ledger, codec: RequestStateCodec<RefundState>): void {
-  mcp.registerTool(
-    'refund_order',
-    {
-      description: 'Refund an order, after asking the user to confirm (a multi-round-trip call).',
-      inputSchema: refundInput,
-      outputSchema: refundOutput,
-      annotations: { readOnlyHint: false, idempotentHint: false, openWorldHint: true },
-      scopeChallenge: requireScopes(DEMO_SCOPES.refund),
-    },
-    async ({ orderId, amount }, ctx: ServerContext) => {
-      // Verified by the SDK before this runs (`requestState.verify`): integrity, expiry, caller, key.
-      const state = ctx.mcpReq.requestState<RefundState>();
-      const answers = ctx.mcpReq.inputResponses;
-      // Only an answer to this refund's own question counts.
-      const ours = state?.tool === 'refund_order' && state.orderId === orderId && state.amount === amount;
-      const given = ours ? answers : undefined;
-      const answer = inputResponse(given, 'confirm');
-      const content = acceptedContent(given, 'confirm', confirmation);
-      if (answer.kind !== 'elicit' || (answer.action === 'accept' && content === undefined)) {
-        // The opening round, or an answer this refund cannot use (another refund's state, a
-        // malformed answer): ask. The SDK's way with an unusable answer is to ask again.
-        const again = state !== undefined || answers !== undefined;
-        const question = `Refund ${amount} to order ${orderId}?`;
-        return inputRequired({
-          inputRequests: {
-            confirm: inputRequired.elicit({
-              message: again ? `That answer could not be used. ${question}` : question,
-              requestedSchema: confirmation,
-            }),
-          },
-          requestState: await codec.mint({ tool: 'refund_order', orderId, amount }, ctx),
-        });
-      }
-      if (content?.confirm !== true) {
-        const balance = await ledger.balance();
-        return {
-          content: [{ type: 'text', text: `Not refunded: the user said no. Balance: ${balance}` }],
-          structuredContent: { orderId, refunded: 0, balance },
-        };
-      }
-      const balance = await ledger.refund(amount, { orderId, idempotencyKey: providerKey('refund') });
-      return {
-        content: [{ type: 'text', text: `Refunded ${amount} to order ${orderId}. New balance: ${balance}` }],
-        structuredContent: { orderId, refunded: amount, balance },
-      };
-    },
-  );
-}
-
 /** Builds the demo server: stdio calls this once per connection, stateless HTTP once per request. */
 export function createDemoServer(options: DemoServerOptions): McpServer {
   const { ledger, store } = options;
@@ -296,14 +145,8 @@ export function createDemoServer(options: DemoServerOptions): McpServer {
   // or one minted for another caller or under another key, is refused with -32602 (reason
   // `invalid_request_state`), and the guard records nothing of it.
   const mcp = new McpServer(SERVER_INFO, { requestState: { verify: codec.verify } });
-  // The SDK's scope challenge runs over HTTP before the dispatch, for executions and replays alike.
-  const tools: ToolRegistry = {
-    withAmount: (name, { scope, ...config }, run) =>
-      void mcp.registerTool(name, { ...config, scopeChallenge: requireScopes(scope) }, run),
-    withoutArguments: (name, { scope, ...config }, run) =>
-      void mcp.registerTool(name, { ...config, scopeChallenge: requireScopes(scope) }, run),
-  };
-  registerDemoTools(tools, ledger, store);
+  // Each tool's scope is checked by the SDK over HTTP, before the dispatch: for replays too.
+  registerDemoTools(scopedRegistry(mcp), ledger, store);
   registerRefundTool(mcp, ledger, codec);
   installIdempotencyGuard(mcp, {
     store,

@@ -19,6 +19,7 @@ import {
 } from 'mcp-request-idempotency';
 import { callTool, LEGACY_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RefundState } from '../demo/hosting/refund-tool.js';
 import { requestStateCodec } from '../demo/hosting/request-state.js';
 import {
   type AskUser,
@@ -36,7 +37,6 @@ import {
   uniqueKeyPrefix,
   waitUntil,
 } from '../demo/processes/redis.js';
-import type { RefundState } from '../server.js';
 import { connectInProcess, ManualClock } from './support/in-process.js';
 import { type Answer, round } from './support/rounds.js';
 

@@ -92,6 +92,21 @@ describe('the default demo, on a machine with no backend installed', () => {
     async () => {
       const { code, stdout } = await demo(nodeOnly, []);
       expect(code).toBe(0);
+      const lines = stdout.split('\n');
+      // The first line names what the story shows; scenario 0 shows it as the wire carried it.
+      expect(lines[0]).toMatch(
+        /^SEP-3182 request idempotency: a server that declares capabilities\.tools\.idempotency /,
+      );
+      expect(lines).toContain(
+        `  server/discover's capabilities.tools, as the transport received it: {"listChanged":true,"idempotency":{}}`,
+      );
+      // An expectation's line says what it saw, not the whole trace the lines above it told.
+      expect(lines.filter((line) => /^ {2}✓ .*→/.test(line))).toStrictEqual([]);
+      const logged = lines.findIndex((line) =>
+        line.startsWith("  the server's decisions for the key, as logged:"),
+      );
+      expect(lines[logged]).toMatch(/inProgress, .*executed, replayed$/);
+      expect(lines[logged + 1]).toContain("each is logged as its request is answered: request 1's executed");
       const starting = stdout.indexOf('Starting server.ts three times on the memory store');
       expect(starting).toBeGreaterThan(-1);
       expect(starting).toBeLessThan(stdout.indexOf('== Scenario 0: discovery'));

@@ -38,6 +38,7 @@ import {
 } from 'mcp-request-idempotency/otel';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseBearerTokens, type RunningHttpServer, startHttpServer } from '../demo/hosting/http.js';
+import { CALLER_SCOPES, DEMO_SCOPES } from '../demo/hosting/scopes.js';
 import { mcpRequestSpans } from '../demo/hosting/telemetry.js';
 import { WAIT_MS } from '../demo/processes/bounds.js';
 import {
@@ -55,7 +56,7 @@ import {
 } from '../demo/processes/payment-provider.js';
 import { decisionCounts, type Scrape, scrape, total } from '../demo/processes/scrape.js';
 import { MemoryLedger } from '../ledger.js';
-import { CALLER_SCOPES, createDemoServer, DEMO_SCOPES } from '../server.js';
+import { createDemoServer } from '../server.js';
 
 const TOKENS = 'alice:token-alice,bob:token-bob';
 const PRINCIPALS = ['alice', 'bob'];

@@ -234,7 +234,7 @@ console.log(await SqliteIdempotencyStore.open('records.sqlite').then((s) => (s.c
       expect(sqlite).toBe(
         process.getBuiltinModule('node:sqlite')
           ? 'node:sqlite'
-          : `idempotency store unavailable: records.sqlite: the SQLite store needs node:sqlite (Node 22.13 or later; this is Node ${process.versions.node}) or the better-sqlite3 package: npm install better-sqlite3@12`,
+          : `idempotency store unavailable: records.sqlite: the SQLite store needs node:sqlite (Node 22.13 or later; this is Node ${process.versions.node}) or the better-sqlite3 package: npm install better-sqlite3@12 (in this package's repository: npm run sqlite:install)`,
       );
     },
     INSTALL_TIMEOUT_MS,

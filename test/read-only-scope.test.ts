@@ -6,7 +6,7 @@
 import fc from 'fast-check';
 import type { Caller } from 'mcp-request-idempotency';
 import { describe, expect, it } from 'vitest';
-import { DEMO_SCOPES, demoScopeOf } from '../server.js';
+import { DEMO_SCOPES, demoScopeOf } from '../demo/hosting/scopes.js';
 
 const caller = (sub: string, scopes: string[], iss?: string): Caller => ({
   authInfo: { clientId: 'app', scopes, extra: { sub, ...(iss !== undefined && { iss }) } },

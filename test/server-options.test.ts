@@ -1,7 +1,7 @@
 // The server's command line, run as a user runs it: `--help` answers with the usage; a mistake is
 // refused with it.
 
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -13,15 +13,24 @@ const ROOT = join(import.meta.dirname, '..');
 /** A test runs the server once: its start-up, with room. */
 const RUN_TIMEOUT_MS = 2 * START_TIMEOUT_MS;
 
-function runServer(...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const argv = ['--import', 'tsx', join(ROOT, 'server.ts'), ...args];
+type Run = { code: number | null; stdout: string; stderr: string };
+
+/** `command` from the repository's root, with `env` added to the user's; stdin a pipe, not a terminal. */
+function run(command: string, args: string[], env: NodeJS.ProcessEnv = {}): Promise<Run> {
   return new Promise((resolve) => {
-    execFile(process.execPath, argv, { cwd: ROOT, timeout: START_TIMEOUT_MS }, (error, stdout, stderr) => {
+    const options = { cwd: ROOT, env: { ...process.env, ...env }, timeout: START_TIMEOUT_MS };
+    execFile(command, args, options, (error, stdout, stderr) => {
       const code = error ? (typeof error.code === 'number' ? error.code : null) : 0;
       resolve({ code, stdout, stderr });
     });
   });
 }
+
+/** `npm <args>`, as a user types it. */
+const runNpm = (args: string[], env?: NodeJS.ProcessEnv) => run('npm', args, env);
+
+const runServer = (...args: string[]) =>
+  run(process.execPath, ['--import', 'tsx', join(ROOT, 'server.ts'), ...args]);
 
 describe('the server command line', () => {
   test.concurrent.each(['--help', '-h'])(
@@ -29,7 +38,9 @@ describe('the server command line', () => {
     async (flag) => {
       const run = await runServer(flag);
       expect(run.code).toBe(0);
-      expect(run.stdout).toMatch(/^Usage: tsx server\.ts \[options\]\n/);
+      expect(run.stdout).toMatch(
+        /^Usage: npm start -- \[options\] {3}\(or node --import tsx server\.ts \[options\]\)\n/,
+      );
       expect(run.stdout).toContain('--charge-latency-ms N');
       expect(run.stderr).toBe('');
     },
@@ -57,6 +68,90 @@ describe('the server command line', () => {
       expect(run.code).toBe(2);
       expect(run.stderr).toBe("Unknown option '--bogus' (--help lists the options)\n");
       expect(run.stdout).toBe('');
+    },
+    RUN_TIMEOUT_MS,
+  );
+});
+
+describe('npm start, as the README has a user run it', () => {
+  test.concurrent(
+    'npm start -- --help names npm start in its usage',
+    async () => {
+      const run = await runNpm(['start', '--', '--help']);
+      expect(run.code).toBe(0);
+      expect(run.stdout).toContain('\nUsage: npm start -- [options]');
+    },
+    RUN_TIMEOUT_MS,
+  );
+
+  test.concurrent(
+    'a REDIS_URL without its scheme is refused naming the variable and its value, not a flag the user never gave',
+    async () => {
+      const run = await runNpm(['start', '--', '--http', '--port', '0', '--store', 'redis'], {
+        REDIS_URL: 'localhost:6379',
+      });
+      expect(run.code).toBe(2);
+      expect(run.stderr.split('\n')[0]).toBe(
+        'REDIS_URL must be a redis:// or rediss:// URL, got "localhost:6379" (redis://localhost:6379?) (--help lists the options)',
+      );
+    },
+    RUN_TIMEOUT_MS,
+  );
+
+  test.concurrent(
+    'a URL with a password is refused without echoing the password',
+    async () => {
+      const run = await runServer('--store', 'redis', '--redis-url', 'user:s3cret@cache.internal:6379');
+      expect(run.code).toBe(2);
+      expect(run.stderr).toContain('got "…@cache.internal:6379"');
+      expect(run.stderr).not.toContain('s3cret');
+    },
+    RUN_TIMEOUT_MS,
+  );
+
+  test.concurrent(
+    'npm start at a terminal says on stderr that it serves MCP over stdio, and how to get HTTP or the options',
+    async () => {
+      // script(1) gives npm a pseudo-terminal, as a user's shell does; its output is the terminal's.
+      const child = spawn('script', ['-qec', 'npm start', '/dev/null'], {
+        cwd: ROOT,
+        stdio: ['pipe', 'pipe', 'inherit'],
+      });
+      let output = '';
+      const listening = new Promise<void>((resolve) =>
+        child.stdout.on('data', (chunk: Buffer) => {
+          output += chunk.toString('utf8');
+          if (output.includes('"event":"listening"')) resolve();
+        }),
+      );
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      try {
+        await listening;
+      } finally {
+        child.kill('SIGTERM');
+        await exited;
+      }
+      const notice = output.indexOf('Serving MCP over stdio: this waits for JSON-RPC on stdin');
+      expect(notice).toBeGreaterThan(-1);
+      expect(output).toContain('Over HTTP: npm start -- --http; every option: npm start -- --help');
+      expect(notice).toBeLessThan(output.indexOf('"event":"listening"'));
+    },
+    RUN_TIMEOUT_MS,
+  );
+
+  test.concurrent(
+    'a server whose stdin is not a terminal says nothing of the kind',
+    async () => {
+      // Stdin at its end, not a terminal: the server starts, then stops, as when its client leaves.
+      const argv = ['--import', 'tsx', join(ROOT, 'server.ts')];
+      const child = spawn(process.execPath, argv, { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
+      let stderr = '';
+      child.stderr.on('data', (chunk: Buffer) => {
+        stderr += chunk.toString('utf8');
+      });
+      await new Promise((resolve) => child.once('exit', resolve));
+      expect(stderr).toContain('"event":"listening"');
+      expect(stderr).not.toContain('Serving MCP over stdio');
     },
     RUN_TIMEOUT_MS,
   );
@@ -101,7 +196,7 @@ describe('a start-up mistake', () => {
       'a Redis URL that is not one',
       ['--store', 'redis', '--redis-url', 'localhost:6379'],
       2,
-      /^--redis-url must be a redis:\/\/ or rediss:\/\/ URL/,
+      /^--redis-url must be a redis:\/\/ or rediss:\/\/ URL, got "localhost:6379" \(redis:\/\/localhost:6379\?\)/,
     ],
     [
       'the SQLite store without its file',

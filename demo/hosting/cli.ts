@@ -57,7 +57,7 @@ export interface ServerConfig {
   metricsPort: number | undefined;
 }
 
-const USAGE = `Usage: tsx server.ts [options]
+const USAGE = `Usage: npm start -- [options]   (or node --import tsx server.ts [options])
   --http                    serve stateless Streamable HTTP at /mcp instead of stdio
   --host H                  host of the HTTP and metrics listeners (default 127.0.0.1)
   --allowed-hosts NAME,NAME…  the names a request's Host may carry, and a browser page's Origin
@@ -164,8 +164,10 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
   const postgresUrl = values['postgres-url'] ?? env.DATABASE_URL;
   if (store === 'postgres' && !postgresUrl)
     throw new Error('--store postgres needs --postgres-url or $DATABASE_URL');
-  if (store === 'postgres' && postgresUrl)
-    storeUrl('--postgres-url', postgresUrl, ['postgres:', 'postgresql:']);
+  if (store === 'postgres' && postgresUrl) {
+    const from = values['postgres-url'] === undefined ? 'DATABASE_URL' : '--postgres-url';
+    storeUrl(from, postgresUrl, ['postgres:', 'postgresql:']);
+  }
   if (values['postgres-url'] !== undefined && store !== 'postgres')
     throw new Error('--postgres-url needs --store postgres');
   const sqlitePath = values['sqlite-path'];
@@ -181,9 +183,14 @@ export function parseServerArgs(argv: string[], env: NodeJS.ProcessEnv = process
   if (redisCluster && store !== 'redis') throw new Error('--redis-cluster needs --store redis');
   if (redisCluster?.some((url) => url === ''))
     throw new Error(`--redis-cluster takes comma-separated URLs, got "${values['redis-cluster']}"`);
+  // Named as the user gave it: a flag, or the variable the URL came from.
+  const redisFrom = redisCluster
+    ? '--redis-cluster'
+    : values['redis-url'] === undefined && env.REDIS_URL !== undefined
+      ? 'REDIS_URL'
+      : '--redis-url';
   if (store === 'redis')
-    for (const url of redisCluster ?? [redisUrl])
-      storeUrl(redisCluster ? '--redis-cluster' : '--redis-url', url, ['redis:', 'rediss:']);
+    for (const url of redisCluster ?? [redisUrl]) storeUrl(redisFrom, url, ['redis:', 'rediss:']);
   const providerUrl = values['provider-url'] === undefined ? undefined : httpUrl(values['provider-url']);
   const providerKeys = values['provider-keys'] ?? 'derived';
   if (providerKeys !== 'derived' && providerKeys !== 'none')
@@ -284,11 +291,19 @@ function hostNames(raw: string): string[] {
   });
 }
 
-/** A store URL the store's client can parse, of its scheme; not echoed, as it may hold a password. */
+/**
+ * A store URL the store's client can parse, of its scheme. Echoed with what precedes an `@` left
+ * out, as that may be a password; a URL without a scheme is answered the one it likely meant.
+ */
 function storeUrl(name: string, raw: string, protocols: readonly string[]): void {
   const url = URL.canParse(raw) ? new URL(raw) : undefined;
-  if (!url || !protocols.includes(url.protocol))
-    throw new Error(`${name} must be a ${protocols.map((p) => `${p}//`).join(' or ')} URL`);
+  if (url && protocols.includes(url.protocol)) return;
+  const at = raw.lastIndexOf('@');
+  const shown = at === -1 ? raw : `…${raw.slice(at)}`;
+  const meant = raw.includes('//') ? '' : ` (${protocols[0]}//${shown}?)`;
+  throw new Error(
+    `${name} must be a ${protocols.map((p) => `${p}//`).join(' or ')} URL, got "${shown}"${meant}`,
+  );
 }
 
 /** The highest TCP port. */
@@ -320,6 +335,13 @@ function negativeNumbersAsValues(argv: readonly string[]): string[] {
 }
 
 /**
+ * Said when the stdio server's stdin is a terminal: it waits there for JSON-RPC from an MCP
+ * client, which a person at the terminal would take for a hang.
+ */
+export const STDIO_AT_A_TERMINAL =
+  'Serving MCP over stdio: this waits for JSON-RPC on stdin, from an MCP client that starts it (Ctrl-C stops it). Over HTTP: npm start -- --http; every option: npm start -- --help';
+
+/**
  * The command line and what the environment adds to it (`environment`: the tokens, the
  * `requestState` key), or the process ends: `--help` prints the usage (stdout, success, not a
  * complaint about an unknown option); a mistake prints its first line, which names the option.
@@ -334,7 +356,10 @@ export function readCommandLine<T>(
     process.exit(0);
   }
   try {
-    return { ...environment(env), config: parseServerArgs(argv, env) };
+    const added = environment(env);
+    const config = parseServerArgs(argv, env);
+    if (config.transport === 'stdio' && process.stdin.isTTY) process.stderr.write(`${STDIO_AT_A_TERMINAL}\n`);
+    return { ...added, config };
   } catch (error) {
     // parseArgs' own messages run to three lines; the first names the option.
     const [mistake] = messageOf(error).split('\n');

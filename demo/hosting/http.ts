@@ -61,7 +61,7 @@ export interface BearerToken {
   token: string;
   /** The principal: the caller's authorization boundary, and so the scope of its records. */
   principal: string;
-  /** OAuth scopes; each tool requires one (see `DEMO_SCOPES` in server.ts). */
+  /** OAuth scopes; each tool requires one (see `DEMO_SCOPES` in scopes.ts). */
   scopes: readonly string[];
 }
 

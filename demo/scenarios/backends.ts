@@ -41,10 +41,13 @@ export async function backendFor<T>(
     expect(scenarios, 'the backend they need started', false, message.split('\n')[0] ?? '');
     return undefined;
   }
-  if (backend === undefined) {
-    say();
-    say(`== ${scenarios}: skipped, ${absent}.`);
-    if (required) expect(scenarios, 'ran (every scenario must run here)', false, 'skipped');
-  }
+  if (backend === undefined) skipped(scenarios, absent, required);
   return backend;
+}
+
+/** `scenarios` cannot run, for want of what `absent` names: one line, or a failure where all must run. */
+export function skipped(scenarios: string, absent: string, required = everyScenarioMustRun()): void {
+  say();
+  say(`== ${scenarios}: skipped, ${absent}.`);
+  if (required) expect(scenarios, 'ran (every scenario must run here)', false, 'skipped');
 }

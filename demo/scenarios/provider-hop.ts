@@ -21,7 +21,7 @@ import {
   type ProviderProcess,
   startProviderProcess,
 } from '../processes/payment-provider.js';
-import { startRedis } from '../processes/redis.js';
+import { startRedis, type TestRedis } from '../processes/redis.js';
 import { backendFor, DEMO_REDIS_PREFIX, REDIS_ABSENT } from './backends.js';
 import { errorFrom, expect, heading, say, textOf } from './narration.js';
 import { sleep } from './timings.js';
@@ -29,13 +29,19 @@ import { sleep } from './timings.js';
 type ProviderKeys = 'none' | 'derived';
 const PROVIDER_KEY_CHOICES: ProviderKeys[] = ['none', 'derived'];
 
-/** Scenarios 14 and 15: the project's provider, and Redis for the HTTP half when there is one. */
+/**
+ * Scenarios 14 and 15: the project's provider, and Redis for 15's HTTP half when there is one,
+ * looked for once that half is next, so that what it says prints under 15's heading.
+ */
 export async function runProviderScenarios(): Promise<void> {
   const provider = await startProviderProcess(PROVIDER_IMPLEMENTATIONS[0]?.command ?? []);
-  const redis = await backendFor("Scenario 15's HTTP half (on Redis)", startRedis, REDIS_ABSENT);
+  let redis: TestRedis | undefined;
   try {
     await providerAnswerLost(provider);
-    await serverKilledMidAnswer(provider, redis?.url);
+    await serverKilledMidAnswer(provider, async () => {
+      redis = await backendFor("Scenario 15's HTTP half (on Redis)", startRedis, REDIS_ABSENT);
+      return redis?.url;
+    });
   } finally {
     await provider.stop();
     await redis?.flush(DEMO_REDIS_PREFIX);
@@ -158,48 +164,58 @@ async function httpOnRedis(args: string[], redisUrl: string): Promise<KillAndRet
   };
 }
 
-async function serverKilledMidAnswer(provider: ProviderProcess, redisUrl: string | undefined): Promise<void> {
-  const s = '15 server killed';
+async function serverKilledMidAnswer(
+  provider: ProviderProcess,
+  redisUrlFor: () => Promise<string | undefined>,
+): Promise<void> {
   heading(
     "Scenario 15: the server is killed while the provider's committed answer is on its way",
     "The provider commits charge_guarded(100) and holds its answer; the server is SIGKILLed. Its record was never written, so the retry, same MCP key, executes again on a fresh server: the SEP's one stated limit, closed by the provider key.",
   );
-  const setups = [(args: string[]) => stdioRespawned(args)];
-  if (redisUrl) setups.push((args) => httpOnRedis(args, redisUrl));
+  await killedMidAnswerOn(provider, stdioRespawned);
+  const redisUrl = await redisUrlFor();
+  if (redisUrl) await killedMidAnswerOn(provider, (args) => httpOnRedis(args, redisUrl));
   else say("  (the HTTP half is skipped: it needs Redis, for instance B to share A's records)");
-  for (const setup of setups)
-    for (const keys of PROVIDER_KEY_CHOICES) {
-      await provider.reset();
-      const where = await setup(['--provider-url', provider.url, '--provider-keys', keys]);
-      try {
-        await provider.queueFault({ path: '/charges', fault: 'hold-after-commit' });
-        const call = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: randomUUID() };
-        const lost = errorFrom(where.call(call));
-        while ((await provider.held()) === 0) await sleep(20);
-        await where.kill();
-        await lost;
-        await provider.release();
-        const answer = textOf(await where.retry(call));
-        const commits = await provider.commits();
-        say(
-          `  ${where.label}, --provider-keys ${keys}: the retry got "${answer}"; the provider: ${describeCommits(commits)}`,
+}
+
+/** Scenario 15 on one setup: the server killed while the provider holds its committed answer. */
+async function killedMidAnswerOn(
+  provider: ProviderProcess,
+  setup: (args: string[]) => Promise<KillAndRetry>,
+): Promise<void> {
+  const s = '15 server killed';
+  for (const keys of PROVIDER_KEY_CHOICES) {
+    await provider.reset();
+    const where = await setup(['--provider-url', provider.url, '--provider-keys', keys]);
+    try {
+      await provider.queueFault({ path: '/charges', fault: 'hold-after-commit' });
+      const call = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: randomUUID() };
+      const lost = errorFrom(where.call(call));
+      while ((await provider.held()) === 0) await sleep(20);
+      await where.kill();
+      await lost;
+      await provider.release();
+      const answer = textOf(await where.retry(call));
+      const commits = await provider.commits();
+      say(
+        `  ${where.label}, --provider-keys ${keys}: the retry got "${answer}"; the provider: ${describeCommits(commits)}`,
+      );
+      if (keys === 'none')
+        expect(
+          s,
+          `${where.label}, no provider key: charged twice`,
+          commits.length === 2,
+          describeCommits(commits),
         );
-        if (keys === 'none')
-          expect(
-            s,
-            `${where.label}, no provider key: charged twice`,
-            commits.length === 2,
-            describeCommits(commits),
-          );
-        else
-          expect(
-            s,
-            `${where.label}, the provider key carried: one charge, and the answer it would have got`,
-            commits.length === 1 && answer === 'Charged 100. New balance: 100',
-            `${describeCommits(commits)}; "${answer}"`,
-          );
-      } finally {
-        await where.close();
-      }
+      else
+        expect(
+          s,
+          `${where.label}, the provider key carried: one charge, and the answer it would have got`,
+          commits.length === 1 && answer === 'Charged 100. New balance: 100',
+          `${describeCommits(commits)}; "${answer}"`,
+        );
+    } finally {
+      await where.close();
     }
+  }
 }

@@ -6,10 +6,11 @@ import type { AddressInfo } from 'node:net';
 import { toNodeHandler } from '@modelcontextprotocol/node';
 import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
 import { MemoryIdempotencyStore } from 'mcp-request-idempotency';
+import type { ToolRegistry } from '../../demo/hosting/tool-registry.js';
 import { connectHttpClient, type Era, startHttpInstance } from '../../demo/processes/launch.js';
 import type { Ledger } from '../../ledger.js';
 import { connect, type Peer } from '../../packages/checker/wire.js';
-import { registerDemoTools, type ToolRegistry } from '../../server.js';
+import { registerDemoTools } from '../../server.js';
 import { type Connection, PEER_TIMEOUT_MS } from './sep-cases.js';
 
 export { connectHttpClient, type HttpInstance, startHttpInstance } from '../../demo/processes/launch.js';

@@ -8,9 +8,10 @@ import { createMcpHandler, type RequestStateCodec } from '@modelcontextprotocol/
 import { serveStdio } from '@modelcontextprotocol/server/stdio';
 import type { DecisionEvent, IdempotencyStore } from 'mcp-request-idempotency';
 import { MODERN_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
+import type { RefundState } from '../../demo/hosting/refund-tool.js';
 import { type AskUser, type Era, newClient } from '../../demo/processes/launch.js';
 import { type Ledger, MemoryLedger } from '../../ledger.js';
-import { createDemoServer, type RefundState } from '../../server.js';
+import { createDemoServer } from '../../server.js';
 
 export interface InProcessOptions {
   store: IdempotencyStore;

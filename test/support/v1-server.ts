@@ -11,8 +11,9 @@ import { MemoryIdempotencyStore } from 'mcp-request-idempotency';
 import { installIdempotencyGuard, verifyGuardSeesKeys } from 'mcp-request-idempotency/sdk-v1';
 import { parseServerArgs } from '../../demo/hosting/cli.js';
 import { batchDecisionLines, logDecision } from '../../demo/hosting/log.js';
+import type { ToolRegistry } from '../../demo/hosting/tool-registry.js';
 import { MemoryLedger } from '../../ledger.js';
-import { registerDemoTools, SERVER_INFO, type ToolRegistry } from '../../server.js';
+import { registerDemoTools, SERVER_INFO } from '../../server.js';
 
 const config = parseServerArgs(process.argv.slice(2));
 batchDecisionLines(config.logFlushMs);

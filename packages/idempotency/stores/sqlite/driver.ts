@@ -3,9 +3,9 @@
 // Node has two ways to SQLite, and neither runs everywhere this package does (Node ≥ 20.19):
 //   - `node:sqlite`, built into Node 22.13+ (unflagged; 22.5–22.12 behind --experimental-sqlite):
 //     nothing to install, nothing to compile. Node 20 has none.
-//   - `better-sqlite3` (12.x), a native addon compiled at install (about two minutes, with
-//     python3, make and a C++ compiler). Its binary is built for one Node ABI: one compiled under
-//     Node 20 does not load under Node 24 ("was compiled against a different Node.js version").
+//   - `better-sqlite3` (12.x), a native addon compiled at install (with python3, make and a C++
+//     compiler). Its binary is built for one Node ABI: one compiled under Node 20 does not load
+//     under Node 24 ("was compiled against a different Node.js version").
 // On the statements the store runs, the two cost the same (docs/cost.md): the file's locks and WAL
 // writes (system calls) are the cost, not the binding. So the binding is chosen by what the
 // runtime has, never by speed:
@@ -80,7 +80,7 @@ function driver(): { name: SqliteDriverName; Database: RawDatabaseConstructor } 
     const missing = Reflect.get(Object(error), 'code') === 'MODULE_NOT_FOUND';
     throw new Error(
       missing
-        ? `the SQLite store needs node:sqlite (Node 22.13 or later; this is Node ${process.versions.node}) or the better-sqlite3 package: npm install better-sqlite3@12`
+        ? `the SQLite store needs node:sqlite (Node 22.13 or later; this is Node ${process.versions.node}) or the better-sqlite3 package: npm install better-sqlite3@12 (in this package's repository: npm run sqlite:install)`
         : `better-sqlite3 is installed but does not load on Node ${process.versions.node} (${firstLine(error)}): run npm rebuild better-sqlite3`,
     );
   }
