@@ -316,7 +316,7 @@ list('docs/reliability.md', 'Counterexample:', { kind: 'output' });
 // the tarball, by quickstart.test.ts (the v2 files, the commands, the printed attempts) and
 // package.test.ts (every named file, the v1 server among them).
 const LIBRARY = 'packages/idempotency/README.md';
-for (const info of ['sh pack', 'sh setup', 'sh v1', 'sh otel', 'sh run', 'text'])
+for (const info of ['sh pack', 'sh setup', 'sh v1', 'sh v1-run', 'sh otel', 'sh run', 'text'])
   list(LIBRARY, { info }, { kind: 'compiled', by: 'test/quickstart.test.ts' });
 for (const block of blocksOf(LIBRARY).filter(({ info }) => /^ts \S+\.ts$/.test(info)))
   list(LIBRARY, { info: block.info }, { kind: 'compiled', by: 'test/package.test.ts' });
