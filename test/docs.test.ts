@@ -52,13 +52,16 @@ describe('the documents', () => {
         // The synopsis (`[--http …]`) is not a command; after the Inspector's, the rest is the Inspector's.
         .filter(
           (line) =>
-            /npx tsx server\.ts( --|$)/.test(line) && !line.includes('[') && !line.includes('inspector'),
+            /(npx tsx|node --import tsx) server\.ts( --|$)/.test(line) &&
+            !line.includes('[') &&
+            !line.includes('inspector'),
         ),
     );
     expect(lines.length).toBeGreaterThan(1);
     for (const line of lines) {
       const args = (line.split('server.ts')[1] ?? '')
-        .replace(/&\s*$/, '')
+        // A background job's `&`, and what follows it on the line (`& A=$!`), is the shell's.
+        .replace(/\s&(\s.*)?$/, '')
         .trim()
         .split(/\s+/)
         .filter(Boolean);
