@@ -283,7 +283,7 @@ list('README.md', 'server.ts ', {
   },
 });
 
-list('docs/how-it-works.md', 'server.ts ', {
+list('docs/how-it-works.md', 'packages/idempotency/ ', {
   kind: 'checked',
   check: (block) => {
     // The tree: every file and folder it names is where it says.
