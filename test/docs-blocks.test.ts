@@ -6,11 +6,14 @@
 //
 // Run as written, with one liberty: a port a block names is replaced by a free one (the same in
 // every line of the block, and in what the test then sends), so a run beside another one, or beside
-// a server of the reader's own, cannot collide. Every process a block starts, in the background
+// a server of the reader's own, cannot collide; where the reader pastes the block whole, the page
+// says to do the same when a port is taken. A block that starts servers in the background stops
+// them itself, and the test holds it to that: its ports are free once it ends. Every process a block starts, in the background
 // or not, is in the block's own process group, which is killed when the block's check ends.
 
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { createServer as createNetServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -145,18 +148,65 @@ function bash(script: string, env: NodeJS.ProcessEnv = {}): Running {
   return { child, stdout: () => stdout, stderr: () => stderr, exited };
 }
 
-/** Runs `script` to its end within `ms` and returns what it printed. */
-async function runToEnd(script: string, ms: number, env: NodeJS.ProcessEnv = {}): Promise<string> {
+/**
+ * Runs `script` to its end within `ms` and returns what it printed. `after` runs once the script has
+ * ended and before its process group is killed: what the script left running is still there to see.
+ */
+async function runToEnd(
+  script: string,
+  ms: number,
+  env: NodeJS.ProcessEnv = {},
+  after: () => Promise<void> = async () => {},
+): Promise<string> {
   const running = bash(script, env);
   running.child.stdin?.end();
   const timer = setTimeout(() => killGroup(running.child), ms);
-  const code = await running.exited.finally(() => clearTimeout(timer));
-  killGroup(running.child);
-  expect(
-    code,
-    `${script}\nexited ${code}; stdout:\n${running.stdout().slice(-1500)}\nstderr:\n${running.stderr().slice(-1500)}`,
-  ).toBe(0);
-  return running.stdout();
+  try {
+    const code = await running.exited.finally(() => clearTimeout(timer));
+    expect(
+      code,
+      `${script}\nexited ${code}; stdout:\n${running.stdout().slice(-1500)}\nstderr:\n${running.stderr().slice(-1500)}`,
+    ).toBe(0);
+    await after();
+    return running.stdout();
+  } finally {
+    killGroup(running.child);
+  }
+}
+
+/** Whether something on this machine listens on `port` (loopback): a listener here fails to bind it. */
+function portTaken(port: number): Promise<boolean> {
+  const server = createNetServer();
+  return new Promise((resolve) => {
+    server.once('error', () => resolve(true));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(false)));
+  });
+}
+
+/** Waits until every one of `ports` is free again: what the block started, its own `kill` stopped. */
+async function portsFreed(ports: number[]): Promise<void> {
+  const deadline = Date.now() + WAIT_MS;
+  for (;;) {
+    const held: number[] = [];
+    for (const port of ports) if (await portTaken(port)) held.push(port);
+    if (held.length === 0) return;
+    if (Date.now() > deadline) throw new Error(`still listening after the block's kill: ${held.join(', ')}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+/**
+ * The answers a block's curl printed, parsed: found by their shape, since the servers the block
+ * started write their log lines to the same terminal, at any moment.
+ */
+const answersIn = (printed: string): Array<Record<string, unknown>> =>
+  [...printed.matchAll(/\{"result":.*?"jsonrpc":"2\.0","id":\d+\}/g)].map(([json]) => JSON.parse(json));
+
+/** A page that names fixed ports must tell its reader to replace them when taken; then the test may. */
+function pageSaysReplacePorts(block: Block): void {
+  expect(readFileSync(join(ROOT, block.page), 'utf8').replace(/\n/g, ' ')).toMatch(
+    /if (either|one|it) is taken, replace it everywhere in the block/,
+  );
 }
 
 async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, running: Running): Promise<T> {
@@ -233,7 +283,7 @@ list('README.md', 'server.ts ', {
   },
 });
 
-list('docs/how-it-works.md', 'server.ts ', {
+list('docs/how-it-works.md', 'packages/idempotency/ ', {
   kind: 'checked',
   check: (block) => {
     // The tree: every file and folder it names is where it says.
@@ -288,25 +338,17 @@ list('docs/how-it-works.md', "ENVELOPE='", {
 list('docs/scaling-out.md', 'redis-server --port 6379', {
   kind: 'run',
   check: async (block) => {
+    pageSaysReplacePorts(block);
     const { script, port } = await withFreePorts(block.body, [6379, 3001, 3002]);
-    // `--store redis` finds the block's Redis where it would on the reader's machine: its default URL.
-    const running = bash(script, { REDIS_URL: `redis://127.0.0.1:${port.get(6379)}` });
-    const alice = { authorization: 'Bearer token-a' };
-    const [a, b] = [port.get(3001) ?? 0, port.get(3002) ?? 0];
-    for (const instance of [a, b])
-      await waitFor(
-        `an instance on ${instance}`,
-        () => post(instance, 'server/discover', {}, alice),
-        running,
-      );
-    await post(a, 'tools/call', { name: 'reset_ledger', arguments: {} }, alice);
-    // The retry lands on the other instance, and finds the record the first one made.
-    const call = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: 'docs-scaling-out' };
-    const first = structured(await post(a, 'tools/call', call, alice));
-    const retry = structured(await post(b, 'tools/call', call, alice));
-    expect(first).toEqual({ charged: 100, balance: 100 });
-    expect(retry).toEqual(first);
-    killGroup(running.child);
+    // The call on A, then its retry on B: B answers from A's record, one charge in the shared ledger.
+    const answers = answersIn(
+      await runToEnd(script, START_TIMEOUT_MS * 2, {}, () => portsFreed([...port.values()])),
+    );
+    expect(answers.map(structured)).toEqual([
+      { charged: 100, balance: 100 },
+      { charged: 100, balance: 100 },
+    ]);
+    expect(answers[1]).toEqual(answers[0]);
   },
 });
 
@@ -316,7 +358,7 @@ list('docs/reliability.md', 'Counterexample:', { kind: 'output' });
 // the tarball, by quickstart.test.ts (the v2 files, the commands, the printed attempts) and
 // package.test.ts (every named file, the v1 server among them).
 const LIBRARY = 'packages/idempotency/README.md';
-for (const info of ['sh pack', 'sh setup', 'sh v1', 'sh otel', 'sh run', 'text'])
+for (const info of ['sh pack', 'sh setup', 'sh v1', 'sh v1-run', 'sh otel', 'sh run', 'text'])
   list(LIBRARY, { info }, { kind: 'compiled', by: 'test/quickstart.test.ts' });
 for (const block of blocksOf(LIBRARY).filter(({ info }) => /^ts \S+\.ts$/.test(info)))
   list(LIBRARY, { info: block.info }, { kind: 'compiled', by: 'test/package.test.ts' });
@@ -491,31 +533,31 @@ list('docs/sqlite.md', '', {
   },
 });
 
-list('docs/operations.md', 'npx tsx server.ts --http --metrics-port', {
+list('docs/operations.md', 'node --import tsx server.ts --http --port 3000 --metrics-port 9464 &', {
   kind: 'run',
   check: async (block) => {
-    const [serve = '', scrape = '', otlp = ''] = block.body.trim().split('\n');
-    const { script, port } = await withFreePorts(
-      `${serve.replace(/\s*&$/, '')} --port 3001\n${scrape}`,
-      [9464, 3001],
+    pageSaysReplacePorts(block);
+    const { script, port } = await withFreePorts(block.body, [3000, 9464]);
+    const printed = await runToEnd(script, START_TIMEOUT_MS * 2, {}, () => portsFreed([...port.values()]));
+    // The keyed call answered, and the scrape after it counts that one execution.
+    expect(answersIn(printed).map(structured)).toEqual([{ charged: 100, balance: 100 }]);
+    expect(printed).toMatch(
+      /^idempotency_decisions_total\{idempotency_decision="executed",.*gen_ai_tool_name="charge_guarded".*\} 1$/m,
     );
-    const [serveLine = '', scrapeLine = ''] = script.split('\n');
-    const running = bash(serveLine);
-    const http = port.get(3001) ?? 0;
-    await waitFor('the server', () => post(http, 'server/discover', {}), running);
+  },
+});
+list('docs/operations.md', 'OTEL_EXPORTER_OTLP_ENDPOINT=', {
+  kind: 'run',
+  check: async (block) => {
+    // In the foreground, with no collector at the endpoint: the server serves all the same.
+    pageSaysReplacePorts(block);
+    const { script, port } = await withFreePorts(block.body, [4318, 3000]);
+    const server = bash(script);
+    const http = port.get(3000) ?? 0;
+    await waitFor('the server exporting OTLP', () => post(http, 'server/discover', {}), server);
     const key = { name: 'charge_guarded', arguments: { amount: 1 }, idempotencyKey: 'docs-operations' };
     expect(structured(await post(http, 'tools/call', key))).toEqual({ charged: 1, balance: 1 });
-    expect(await runToEnd(scrapeLine, WAIT_MS)).toMatch(
-      /^idempotency_decisions_total\{.*decision="executed".*\} 1$/m,
-    );
-    killGroup(running.child);
-    // With the OTLP endpoint set and no collector there, the server serves all the same.
-    const exporting = await withFreePorts(`${otlp} --port 3001`, [4318, 3001]);
-    const otlpServer = bash(exporting.script);
-    const otlpHttp = exporting.port.get(3001) ?? 0;
-    await waitFor('the server exporting OTLP', () => post(otlpHttp, 'server/discover', {}), otlpServer);
-    expect(structured(await post(otlpHttp, 'tools/call', key))).toEqual({ charged: 1, balance: 1 });
-    killGroup(otlpServer.child);
+    killGroup(server.child);
   },
 });
 

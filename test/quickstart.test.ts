@@ -104,6 +104,18 @@ function expectOneChargeReplayed(stdout: string): void {
   ]);
 }
 
+/** Runs the README's block `info` in the project: the client's retry replayed, the card charged once. */
+async function runChargedOnce(info: string): Promise<string> {
+  const { stdout, stderr } = await run('bash', ['-e', '-c', block(info)], {
+    cwd: project,
+    timeout: INSTALL_TIMEOUT_MS,
+  });
+  expectOneChargeReplayed(stdout);
+  // The server's stderr reaches the terminal through the client: one charge, under one provider key.
+  expect(stderr.trim().split('\n')).toEqual([expect.stringMatching(/^charging 100 under provider key mcp_/)]);
+  return stdout;
+}
+
 describe("the library README's quick start, in a new project", () => {
   it('installs the registry’s current TypeScript, whose tsc --init it keeps but for the options it names', async () => {
     const installed = JSON.parse(
@@ -151,20 +163,20 @@ describe("the library README's quick start, in a new project", () => {
   it(
     "runs as written: tsc compiles every file, and the client's retry is answered from the record, charged once",
     async () => {
-      const { stdout, stderr } = await run('bash', ['-e', '-c', block('sh run')], {
-        cwd: project,
-        timeout: INSTALL_TIMEOUT_MS,
-      });
-      expectOneChargeReplayed(stdout);
-      // The server's stderr reaches the terminal through the client: one charge, under one provider key.
-      expect(stderr.trim().split('\n')).toEqual([
-        expect.stringMatching(/^charging 100 under provider key mcp_/),
-      ]);
+      const stdout = await runChargedOnce('sh run');
       // What the README shows is what it prints, but for how many attempts met the charge in
       // progress, which is the machine's speed, not the README's to promise.
       const attemptless = (text: string) => text.replace(/^attempt \d+:/gm, 'attempt N:');
       for (const line of [stdout.split('\n')[0] ?? '', ...stdout.trim().split('\n').slice(-2)])
         expect(attemptless(block('text'))).toContain(attemptless(line));
+    },
+    INSTALL_TIMEOUT_MS,
+  );
+
+  it(
+    'runs the v1 server too, as its block says: the client on 2025-11-25 retries into the record, charged once',
+    async () => {
+      await runChargedOnce('sh v1-run');
     },
     INSTALL_TIMEOUT_MS,
   );
