@@ -12,6 +12,7 @@ import {
 } from 'mcp-request-idempotency';
 import { RedisIdempotencyStore, type RedisStoreOptions, redisKeysOf } from 'mcp-request-idempotency/redis';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { sleep, waitUntil } from '../demo/processes/bounds.js';
 import { ERAS } from '../demo/processes/launch.js';
 import {
   commandsDuring,
@@ -20,7 +21,6 @@ import {
   type TestRedis,
   type TestRedisCluster,
   uniqueKeyPrefix,
-  waitUntil,
 } from '../demo/processes/redis.js';
 import { MemoryLedger } from '../ledger.js';
 import { connectHttp } from './support/http.js';
@@ -254,8 +254,6 @@ describe.skipIf(!cluster)('fail closed: a master hung or down never means execut
 interface ScopedOperation extends Operation {
   scope: string;
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe.skipIf(!cluster)('a master killed and restarted during a stream of keyed calls', () => {
   it("fails that master's keys closed at once while the others go on, recovers by itself, and charges each key exactly once", async () => {

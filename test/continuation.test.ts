@@ -21,6 +21,7 @@ import { callTool, LEGACY_PROTOCOL_VERSION } from 'mcp-request-idempotency/clien
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RefundState } from '../demo/hosting/refund-tool.js';
 import { requestStateCodec } from '../demo/hosting/request-state.js';
+import { waitUntil } from '../demo/processes/bounds.js';
 import {
   type AskUser,
   balanceOf,
@@ -30,13 +31,7 @@ import {
   resetLedger,
   startHttpInstance,
 } from '../demo/processes/launch.js';
-import {
-  REDIS_SKIP_REASON,
-  startRedis,
-  type TestRedis,
-  uniqueKeyPrefix,
-  waitUntil,
-} from '../demo/processes/redis.js';
+import { REDIS_SKIP_REASON, startRedis, type TestRedis, uniqueKeyPrefix } from '../demo/processes/redis.js';
 import { connectInProcess, ManualClock } from './support/in-process.js';
 import { type Answer, round } from './support/rounds.js';
 

@@ -25,7 +25,8 @@ import {
   redisKeysOf,
 } from 'mcp-request-idempotency/redis';
 import { afterAll, describe, expect, it } from 'vitest';
-import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix, waitUntil } from '../demo/processes/redis.js';
+import { sleep, waitUntil } from '../demo/processes/bounds.js';
+import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../demo/processes/redis.js';
 import type { Ledger } from '../ledger.js';
 import { postRaw } from './support/hostile.js';
 import { type HttpInstance, startHttpInstance } from './support/http.js';
@@ -48,7 +49,6 @@ function server() {
   return redis;
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 
 /**

@@ -14,6 +14,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { IdempotencyErrorType, INVALID_PARAMS } from 'mcp-request-idempotency';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sleep } from '../demo/processes/bounds.js';
 import { postModern } from '../demo/processes/launch.js';
 import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../demo/processes/redis.js';
 import { jsonRpcText, postRaw } from './support/hostile.js';
@@ -26,8 +27,6 @@ const SLOW_CHARGE_MS = 600;
 function field(value: unknown, name: string): unknown {
   return typeof value === 'object' && value !== null ? Reflect.get(value, name) : undefined;
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** The answer line with its id blanked, so two answers can be compared byte for byte. */
 const withoutId = (line: string) => line.replace(/"id":("[^"]*"|\d+)/, '"id":_');

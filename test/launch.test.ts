@@ -5,8 +5,7 @@
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { START_TIMEOUT_MS } from '../demo/processes/bounds.js';
-import { waitUntil } from '../demo/processes/redis.js';
+import { START_TIMEOUT_MS, waitUntil } from '../demo/processes/bounds.js';
 
 const ROOT = join(import.meta.dirname, '..');
 

@@ -7,8 +7,8 @@ import { fileURLToPath } from 'node:url';
 import { callTool } from 'mcp-request-idempotency/client';
 import { describe, expect, it, vi } from 'vitest';
 import { BatchedLines, DEFAULT_LOG_FLUSH_MS } from '../demo/hosting/log.js';
+import { waitUntil } from '../demo/processes/bounds.js';
 import { connectToServer } from '../demo/processes/launch.js';
-import { waitUntil } from '../demo/processes/redis.js';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 

@@ -30,6 +30,7 @@ import {
 } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ProviderLedger } from '../demo/hosting/ledgers/provider.js';
+import { sleep, waitUntil } from '../demo/processes/bounds.js';
 import { connectHttpClient, ERAS, startHttpInstance } from '../demo/processes/launch.js';
 import {
   PROVIDER_IMPLEMENTATIONS,
@@ -37,7 +38,6 @@ import {
   type ProviderProcess,
   startProviderProcess,
 } from '../demo/processes/payment-provider.js';
-import { waitUntil } from '../demo/processes/redis.js';
 import { MemoryLedger } from '../ledger.js';
 import { connectInProcess, type InProcessConnection } from './support/in-process.js';
 import { textOf } from './support/sep-cases.js';
@@ -50,8 +50,6 @@ const PROVIDER_TIMEOUT_MS = 200;
 const IN_PROGRESS_WINDOW_MS = 300;
 /** The provider's first charge takes this long: past the server's patience, so its outcome is unknown. */
 const SLOW_COMMIT_MS = 3_000;
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function errorFrom(call: Promise<unknown>): Promise<unknown> {
   return call.then(

@@ -8,7 +8,6 @@
 import { type ChildProcess, execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import {
   createToolCallGuard,
   type Dispatch,
@@ -24,9 +23,13 @@ import {
 } from 'mcp-request-idempotency/postgres';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { POSTGRES_STATEMENT_TIMEOUT_MS, START_TIMEOUT_MS } from '../demo/processes/bounds.js';
+import {
+  POSTGRES_STATEMENT_TIMEOUT_MS,
+  START_TIMEOUT_MS,
+  sleep,
+  waitUntil,
+} from '../demo/processes/bounds.js';
 import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../demo/processes/postgres.js';
-import { waitUntil } from '../demo/processes/redis.js';
 import {
   PGBOUNCER_SKIP_REASON,
   pgBouncerInstalled,

@@ -14,14 +14,13 @@ import {
   type PostgresStoreOptions,
 } from 'mcp-request-idempotency/postgres';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../demo/processes/bounds.js';
+import { POSTGRES_STATEMENT_TIMEOUT_MS, waitUntil } from '../demo/processes/bounds.js';
 import {
   POSTGRES_SKIP_REASON,
   startPostgres,
   type TestPostgres,
   uniqueTablePrefix,
 } from '../demo/processes/postgres.js';
-import { waitUntil } from '../demo/processes/redis.js';
 import { startHolder } from './support/postgres-holders.js';
 import {
   claimTicket,

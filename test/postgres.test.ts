@@ -18,7 +18,7 @@ import {
 import { callTool, MODERN_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { DEFAULT_POSTGRES_APPLICATION_NAME } from 'mcp-request-idempotency/postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { START_TIMEOUT_MS } from '../demo/processes/bounds.js';
+import { START_TIMEOUT_MS, sleep, waitUntil } from '../demo/processes/bounds.js';
 import {
   balanceOf,
   connectToServer,
@@ -32,7 +32,6 @@ import {
   type TestPostgres,
   uniqueTablePrefix,
 } from '../demo/processes/postgres.js';
-import { waitUntil } from '../demo/processes/redis.js';
 import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
 import { connect, type Era, type Peer } from '../packages/checker/wire.js';
 import { postRaw } from './support/hostile.js';
@@ -76,7 +75,6 @@ function postgresArgs(prefix: string): string[] {
   return ['--store', 'postgres', '--postgres-url', database().url, '--postgres-prefix', prefix];
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const ROOT = join(import.meta.dirname, '..');
 
 // --- What the database says, behind the servers' backs ---

@@ -16,6 +16,7 @@ import {
 import { callTool, type KeyedToolCall } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ProviderLedger } from '../demo/hosting/ledgers/provider.js';
+import { sleep, waitUntil } from '../demo/processes/bounds.js';
 import {
   connectToServer,
   type DecisionLine,
@@ -28,7 +29,7 @@ import {
   type ProviderProcess,
   startProviderProcess,
 } from '../demo/processes/payment-provider.js';
-import { startRedis, uniqueKeyPrefix, waitUntil } from '../demo/processes/redis.js';
+import { startRedis, uniqueKeyPrefix } from '../demo/processes/redis.js';
 import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
 import { connectHttpClient, startHttpInstance } from './support/http.js';
 import { textOf } from './support/sep-cases.js';
@@ -43,8 +44,6 @@ const LEASE_MS = 1_000;
 /** How long the client waits for an answer in the "answer lost after the record" case. */
 const IMPATIENT_MS = 150;
 const CHARGED = 'Charged 100. New balance: 100';
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Where the keyed call runs first, and where its retry goes. */
 interface Deployment {

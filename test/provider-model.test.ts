@@ -13,6 +13,7 @@ import fc from 'fast-check';
 import { IdempotencyErrorType, idempotencyErrorOf } from 'mcp-request-idempotency';
 import { callTool, type KeyedToolCall } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sleep, waitUntil } from '../demo/processes/bounds.js';
 import { connectToServer, type ServerConnection } from '../demo/processes/launch.js';
 import {
   type FaultKind,
@@ -21,7 +22,6 @@ import {
   type ProviderProcess,
   startProviderProcess,
 } from '../demo/processes/payment-provider.js';
-import { waitUntil } from '../demo/processes/redis.js';
 import { textOf } from './support/sep-cases.js';
 
 /** Faults the server's own retry loop meets; each is consumed by one request to the provider. */
@@ -59,8 +59,6 @@ const programs = fc.array(
 const IMPATIENT_MS = 100;
 /** Attempts a client makes per charge before the run counts as failed. */
 const CLIENT_ATTEMPTS = 12;
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 function describeModel(implementation: ProviderImplementation, numRuns: number): void {
   describe(`random faults on both hops (${implementation.name})`, () => {

@@ -7,21 +7,19 @@
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ERROR_TYPES, startProvider } from '../demo/payment-provider/api.js';
+import { sleep, waitUntil } from '../demo/processes/bounds.js';
 import {
   PROVIDER_IMPLEMENTATIONS,
   type ProviderProcess,
   type ProviderResult,
   startProviderProcess,
 } from '../demo/processes/payment-provider.js';
-import { waitUntil } from '../demo/processes/redis.js';
 import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
 
 /** The slow process's latency: long enough that a second request surely arrives mid-charge. */
 const SLOW_LATENCY_MS = 1_500;
 /** How long a test waits before sending the second request into that window. */
 const INTO_THE_WINDOW_MS = 250;
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
  * The process of process group `group` that listens on `port` (from Linux's /proc): the command

@@ -14,7 +14,7 @@ import { IdempotencyErrorType, idempotencyErrorOf } from 'mcp-request-idempotenc
 import { callTool } from 'mcp-request-idempotency/client';
 import { RedisIdempotencyStore, type RedisStoreOptions, redisKeysOf } from 'mcp-request-idempotency/redis';
 import { afterEach, describe, expect, it } from 'vitest';
-import { START_TIMEOUT_MS } from '../demo/processes/bounds.js';
+import { START_TIMEOUT_MS, sleep, waitUntil } from '../demo/processes/bounds.js';
 import {
   REDIS_CLUSTER_SKIP_REASON,
   REDIS_SKIP_REASON,
@@ -22,7 +22,6 @@ import {
   startRedisCluster,
   type TestRedis,
   type TestRedisCluster,
-  waitUntil,
 } from '../demo/processes/redis.js';
 import type { Ledger } from '../ledger.js';
 import { connectInProcess, type InProcessConnection } from './support/in-process.js';
@@ -44,8 +43,6 @@ const MAXMEMORY = '4mb';
 const KEY_PREFIX = 'env:idem:';
 /** The scope every call is made in (an HTTP principal would be one), so a test can name its keys. */
 const SCOPE = 'principal:alice';
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 const cleanups: Array<() => Promise<unknown>> = [];
 afterEach(async () => {

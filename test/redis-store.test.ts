@@ -15,13 +15,13 @@ import {
 } from 'mcp-request-idempotency/redis';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { RedisLedger } from '../demo/hosting/ledgers/redis.js';
+import { waitUntil } from '../demo/processes/bounds.js';
 import {
   commandsDuring as commandsDuringOn,
   REDIS_SKIP_REASON,
   startRedis,
   type TestRedis,
   uniqueKeyPrefix,
-  waitUntil,
 } from '../demo/processes/redis.js';
 import { CHARGE_LIMIT, ChargeDeclined } from '../ledger.js';
 import {

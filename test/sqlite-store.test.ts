@@ -23,8 +23,7 @@ import {
 import { SqliteIdempotencyStore, type SqliteStoreOptions } from 'mcp-request-idempotency/sqlite';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { SqliteLedger } from '../demo/hosting/ledgers/sqlite.js';
-import { START_TIMEOUT_MS } from '../demo/processes/bounds.js';
-import { waitUntil } from '../demo/processes/redis.js';
+import { START_TIMEOUT_MS, waitUntil } from '../demo/processes/bounds.js';
 import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
 import {
   claimTicket,

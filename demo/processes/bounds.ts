@@ -1,4 +1,4 @@
-// --- How long the demo, the bench and the tests wait for what is not what they are about ---
+// --- How long the demo, the bench and the tests wait for what is not what they are about, and how ---
 //
 // A process starting, a server answering, npm installing: none of these is what a test is
 // about, and each takes several times longer when the machine is busy (CI machines are shared,
@@ -28,3 +28,21 @@ export const WAIT_MS = 15_000;
  * their own.
  */
 export const POSTGRES_STATEMENT_TIMEOUT_MS = 10_000;
+
+/** A pause: between polls, or where a test lets time pass on purpose. */
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
+}
+
+/** Polls `probe` until it returns true; fails after `timeoutMs` rather than hang a test. */
+export async function waitUntil(
+  probe: () => Promise<boolean>,
+  timeoutMs = WAIT_MS,
+  everyMs = 25,
+): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (!(await probe())) {
+    if (performance.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
+    await sleep(everyMs);
+  }
+}

@@ -13,7 +13,7 @@ import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
-import { waitUntil } from './redis.js';
+import { waitUntil } from './bounds.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 

@@ -20,8 +20,7 @@ import { createServer } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { delimiter, join } from 'node:path';
 import pg from 'pg';
-import { START_TIMEOUT_MS, WAIT_MS } from './bounds.js';
-import { waitUntil } from './redis.js';
+import { START_TIMEOUT_MS, WAIT_MS, waitUntil } from './bounds.js';
 
 export const POSTGRES_SKIP_REASON =
   'Postgres tests skipped: set DATABASE_URL or install PostgreSQL server binaries (initdb, pg_ctl)';

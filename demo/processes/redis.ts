@@ -16,7 +16,7 @@ import { createConnection, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { createClient, type RedisClientType } from '@redis/client';
-import { START_TIMEOUT_MS, WAIT_MS } from './bounds.js';
+import { START_TIMEOUT_MS, sleep, WAIT_MS, waitUntil } from './bounds.js';
 
 export const REDIS_SKIP_REASON = 'Redis tests skipped: set REDIS_URL or install redis-server';
 
@@ -43,19 +43,6 @@ export interface TestRedis {
 /** A key prefix no other test file or run shares, even on a shared `REDIS_URL`. */
 export function uniqueKeyPrefix(label: string): string {
   return `sep3182-test:${label}:${process.pid}-${randomUUID().slice(0, 8)}:`;
-}
-
-/** Polls `probe` until it returns true; fails after `timeoutMs` rather than hang a test. */
-export async function waitUntil(
-  probe: () => Promise<boolean>,
-  timeoutMs = WAIT_MS,
-  everyMs = 25,
-): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  while (!(await probe())) {
-    if (performance.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
-    await sleep(everyMs);
-  }
 }
 
 export interface RedisOptions {
@@ -493,8 +480,4 @@ async function withDeadline<T>(promise: Promise<T>, message: string): Promise<T>
 
 function escapeGlob(literal: string): string {
   return literal.replace(/[*?[\]\\]/g, '\\$&');
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }

@@ -16,9 +16,8 @@ import { chown, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir, userInfo } from 'node:os';
 import { delimiter, join } from 'node:path';
 import pg from 'pg';
-import { START_TIMEOUT_MS, WAIT_MS } from '../../demo/processes/bounds.js';
+import { START_TIMEOUT_MS, WAIT_MS, waitUntil } from '../../demo/processes/bounds.js';
 import { freePort, userIds } from '../../demo/processes/postgres.js';
-import { waitUntil } from '../../demo/processes/redis.js';
 
 export const PGBOUNCER_SKIP_REASON =
   'PgBouncer tests skipped: install pgbouncer (Debian: apt-get install pgbouncer)';

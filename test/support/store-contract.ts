@@ -25,7 +25,7 @@ import {
   type StoredResponse,
 } from 'mcp-request-idempotency';
 import { afterEach, describe, expect, it } from 'vitest';
-import { waitUntil } from '../../demo/processes/redis.js';
+import { sleep, waitUntil } from '../../demo/processes/bounds.js';
 import {
   claimTicket,
   ERROR,
@@ -36,7 +36,6 @@ import {
   RESULT,
   RETENTION_MS,
   SHORT_MS,
-  sleep,
 } from './store-fixtures.js';
 
 /** A store as every store here is: the contract, its quotas, and a `close` where it holds connections. */

@@ -59,5 +59,3 @@ export async function expectUnavailableWithin(ms: number, action: () => Promise<
   await expect(action()).rejects.toBeInstanceOf(StoreUnavailableError);
   expect(performance.now() - started).toBeLessThan(ms);
 }
-
-export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

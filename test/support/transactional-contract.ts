@@ -7,7 +7,7 @@
 
 import type { ClaimTicket, RecordId } from 'mcp-request-idempotency';
 import { afterEach, describe, expect, it } from 'vitest';
-import { waitUntil } from '../../demo/processes/redis.js';
+import { waitUntil } from '../../demo/processes/bounds.js';
 import type { ContractStore } from './store-contract.js';
 import {
   claimTicket,
