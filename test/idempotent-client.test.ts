@@ -37,6 +37,7 @@ import {
 } from '../demo/processes/launch.js';
 import { MemoryLedger } from '../ledger.js';
 import { bareDemoServer } from './support/http.js';
+import { errorFrom } from './support/sep-cases.js';
 
 /** The provider's latency: long enough for a client to give up on a charge still running. */
 const CHARGE_LATENCY_MS = 600;
@@ -114,13 +115,6 @@ async function decisionsFor(idempotencyKey: unknown): Promise<string[]> {
   return (await instance.decisions())
     .filter((d) => d.idempotencyKey === idempotencyKey)
     .map((d) => String(d.decision));
-}
-
-async function errorFrom(call: Promise<unknown>): Promise<unknown> {
-  return call.then(
-    () => undefined,
-    (error: unknown) => error,
-  );
 }
 
 describe.each(ERAS)('IdempotentClient on %s, against the demo server', (era: Era) => {

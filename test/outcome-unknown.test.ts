@@ -40,7 +40,7 @@ import {
 } from '../demo/processes/payment-provider.js';
 import { MemoryLedger } from '../ledger.js';
 import { connectInProcess, type InProcessConnection } from './support/in-process.js';
-import { textOf } from './support/sep-cases.js';
+import { errorFrom, textOf } from './support/sep-cases.js';
 
 const CHARGE = { name: 'charge_guarded', arguments: { amount: 100 } };
 const CHARGED = 'Charged 100. New balance: 100';
@@ -50,15 +50,6 @@ const PROVIDER_TIMEOUT_MS = 200;
 const IN_PROGRESS_WINDOW_MS = 300;
 /** The provider's first charge takes this long: past the server's patience, so its outcome is unknown. */
 const SLOW_COMMIT_MS = 3_000;
-
-async function errorFrom(call: Promise<unknown>): Promise<unknown> {
-  return call.then(
-    () => {
-      throw new Error('expected the call to fail, and it succeeded');
-    },
-    (error: unknown) => error,
-  );
-}
 
 /** The demo server in this process, charging `provider` through the server's own retrying client. */
 function serverCharging(provider: ProviderProcess, inProgressWindowMs = IN_PROGRESS_WINDOW_MS) {
