@@ -260,6 +260,8 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   readonly maxBytesPerScope: number;
   private readonly commandTimeoutMs: number;
   private readonly maxmemoryPolicy: string | undefined;
+  /** The client, for the calls' scripts: without node-redis' own timeout (see the constructor). */
+  private readonly calls: RedisClient;
   private ownsClient = false;
   /** Told when the store starts refusing this Redis, and why (the operator's log). */
   private onError: ((error: unknown) => void) | undefined;
@@ -329,6 +331,11 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     this.maxRecordsPerScope = settings.maxRecordsPerScope;
     this.maxBytesPerScope = settings.maxBytesPerScope;
     this.maxmemoryPolicy = settings.maxmemoryPolicy;
+    // node-redis gives each command a timeout of its own (5 s by default): an AbortSignal and its
+    // timer, kept alive until the timer fires, seconds after the reply, which the collector then
+    // has to move. Each of the store's commands already has its deadline (`bounded`), so the
+    // calls' scripts go without; a shared client keeps its options for its other users.
+    this.calls = client.withCommandOptions({ timeout: 0 });
     // Started now, so a claim rarely waits for it; a failure is retried by the first claim.
     this.ensureStarted().catch(() => {});
     this.checks = setInterval(() => void this.recheck(), settings.environmentCheckMs);
@@ -370,7 +377,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     }
     if (this.refusal) throw new StoreUnavailableError(new RedisEnvironmentError(this.refusal));
     const token = randomUUID();
-    const command = CLAIM.run(this.client, {
+    const command = CLAIM.run(this.calls, {
       keys: this.keysOf(id),
       arguments: [
         inProgressValue(fingerprint, token),
@@ -450,7 +457,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     const resumed = heldOf(ticket);
     try {
       const released = await this.bounded(
-        RELEASE.run(this.client, {
+        RELEASE.run(this.calls, {
           keys: this.keysOf(ticket),
           arguments: [
             inProgressValue(ticket.fingerprint, ticket.token),
@@ -469,7 +476,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     const lease = milliseconds(leaseMs);
     try {
       const renewed = await this.bounded(
-        RENEW.run(this.client, {
+        RENEW.run(this.calls, {
           keys: this.keysOf(ticket),
           arguments: [
             inProgressValue(ticket.fingerprint, ticket.token),
@@ -529,7 +536,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     try {
       // The script answers 1 when it replaced the claim, nil when the key had moved on.
       const replaced = await this.bounded(
-        COMPLETE.run(this.client, {
+        COMPLETE.run(this.calls, {
           keys: this.keysOf(ticket),
           arguments: [
             inProgressValue(ticket.fingerprint, ticket.token),
