@@ -145,6 +145,14 @@ async function openStore(
 const storeOptions = (more: RedisStoreOptions = {}) =>
   ({ keyPrefix: KEY_PREFIX, environmentCheckMs: CHECK_MS, ...more }) as RedisStoreOptions;
 
+/**
+ * The retry on a Redis filled to its bound: its claim refused as `full` while Redis is over the
+ * bound, or, when the fill left it a few hundred bytes under (Redis checks the bound against what
+ * it holds as each command arrives, that command included), the record found and replayed: the
+ * same charge (`executions` tells a second one apart).
+ */
+const FULL_OR_REPLAYED: Answer[] = [IdempotencyErrorType.storeFull, 'charged'];
+
 /** What a cell ends in: the store refused to start, or the charge executed this many times. */
 type Outcome = { refused: string } | { executions: number };
 
@@ -207,11 +215,8 @@ describe.skipIf(!hasRedis)(
       const redis = await redisWith(['--maxmemory', MAXMEMORY, '--maxmemory-policy', 'noeviction']);
       const outcome = await chargeThenFill(redis);
       // Full: the retry's claim is a write, refused as `full`, never an execution.
-      expect(outcome).toMatchObject({
-        executions: 1,
-        filled: 'refused',
-        retry: IdempotencyErrorType.storeFull,
-      });
+      expect(outcome).toMatchObject({ executions: 1, filled: 'refused' });
+      expect(FULL_OR_REPLAYED).toContain(outcome.retry);
       const keys = await redis.admin.keys('cache:*');
       for (let i = 0; i < keys.length; i += 1000) await redis.admin.unlink(keys.slice(i, i + 1000));
     });
@@ -274,10 +279,9 @@ describe.skipIf(!hasRedis)('Redis that will not say how it evicts', () => {
       ...['--maxmemory', MAXMEMORY, '--maxmemory-policy', 'noeviction'],
       ...['--rename-command', 'CONFIG', ''],
     ]);
-    expect(await chargeThenFill(redis)).toMatchObject({
-      executions: 1,
-      retry: IdempotencyErrorType.storeFull,
-    });
+    const outcome = await chargeThenFill(redis);
+    expect(outcome).toMatchObject({ executions: 1 });
+    expect(FULL_OR_REPLAYED).toContain(outcome.retry);
   });
 
   it('INFO and CONFIG both refused: refused at start unless the policy is stated; stated, it runs and executes once', async () => {
@@ -293,10 +297,9 @@ describe.skipIf(!hasRedis)('Redis that will not say how it evicts', () => {
         "with the store option maxmemoryPolicy: 'noeviction', or let this user run INFO",
     });
     const stated = { maxmemoryPolicy: 'noeviction' } as RedisStoreOptions;
-    expect(await chargeThenFill(redis, stated)).toMatchObject({
-      executions: 1,
-      retry: IdempotencyErrorType.storeFull,
-    });
+    const outcome = await chargeThenFill(redis, stated);
+    expect(outcome).toMatchObject({ executions: 1 });
+    expect(FULL_OR_REPLAYED).toContain(outcome.retry);
   });
 });
 
