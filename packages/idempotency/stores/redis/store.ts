@@ -821,9 +821,27 @@ function settingsOf(
 /** Characters of the digest kept as the tag: 48 bits, plenty to spread scopes over 16384 slots. */
 const SLOT_TAG_LENGTH = 8;
 
+/**
+ * Each scope's tag, once digested: a caller's claim and its record name the same keys, and a
+ * server meets the same callers again and again. Forgotten whole past this many scopes, so a
+ * stream of new callers holds no more than that.
+ */
+const tags = new Map<string, string>();
+const MAX_REMEMBERED_TAGS = 10_000;
+
+function tagOf(scope: string): string {
+  let tag = tags.get(scope);
+  if (tag === undefined) {
+    if (tags.size >= MAX_REMEMBERED_TAGS) tags.clear();
+    tag = createHash('sha256').update(scope).digest('base64url').slice(0, SLOT_TAG_LENGTH);
+    tags.set(scope, tag);
+  }
+  return tag;
+}
+
 /** The record's key, then its scope's index and sizes: `prefix{tag}…`, one hash slot. */
 export function redisKeysOf(keyPrefix: string, id: RecordId): [string, string, string] {
-  const tag = createHash('sha256').update(id.scope).digest('base64url').slice(0, SLOT_TAG_LENGTH);
+  const tag = tagOf(id.scope);
   const tagged = `${keyPrefix}{${tag}}`;
   // JSON keeps (scope, key) pairs distinct whatever characters either contains.
   const record = tagged + JSON.stringify([id.scope, id.idempotencyKey]);
