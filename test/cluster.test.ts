@@ -159,18 +159,18 @@ describe.skipIf(!cluster)('round trips on a cluster, as every master receives th
     const claim = (fingerprint = FINGERPRINT) => store.claim(id, fingerprint, LEASE_MS);
 
     const first = await seen(() => claim());
-    expect(first).toMatchObject({ perNode: onOwner(['EVAL']), value: { state: 'claimed' } });
+    expect(first).toMatchObject({ perNode: onOwner(['EVALSHA']), value: { state: 'claimed' } });
     const inProgress = await seen(() => claim());
-    expect(inProgress).toMatchObject({ perNode: onOwner(['EVAL']), value: { state: 'inProgress' } });
+    expect(inProgress).toMatchObject({ perNode: onOwner(['EVALSHA']), value: { state: 'inProgress' } });
     if (first.value.state !== 'claimed') throw new Error('unreachable');
     const { ticket } = first.value;
     const complete = await seen(() => store.complete(ticket, RESULT, RETENTION_MS));
-    expect(complete.perNode).toStrictEqual(onOwner(['EVAL']));
+    expect(complete.perNode).toStrictEqual(onOwner(['EVALSHA']));
     const replay = await seen(() => claim());
-    expect(replay).toMatchObject({ perNode: onOwner(['EVAL']), value: { state: 'completed' } });
+    expect(replay).toMatchObject({ perNode: onOwner(['EVALSHA']), value: { state: 'completed' } });
     const conflict = await seen(() => claim(OTHER_FINGERPRINT));
     expect(conflict).toMatchObject({
-      perNode: onOwner(['EVAL']),
+      perNode: onOwner(['EVALSHA']),
       value: { state: 'completed', fingerprint: FINGERPRINT },
     });
   });

@@ -108,19 +108,19 @@ describe.skipIf(!redis)('round trips, as Redis receives them (MONITOR)', () => {
     const claim = (fingerprint = FINGERPRINT) => store.claim(id, fingerprint, LEASE_MS);
 
     const first = await commandsDuring(() => claim());
-    expect(first).toMatchObject({ commands: ['EVAL'], value: { state: 'claimed' } });
+    expect(first).toMatchObject({ commands: ['EVALSHA'], value: { state: 'claimed' } });
     const inProgress = await commandsDuring(() => claim());
-    expect(inProgress).toMatchObject({ commands: ['EVAL'], value: { state: 'inProgress' } });
+    expect(inProgress).toMatchObject({ commands: ['EVALSHA'], value: { state: 'inProgress' } });
     if (first.value.state !== 'claimed') throw new Error('unreachable');
     const { ticket } = first.value;
     const complete = await commandsDuring(() => store.complete(ticket, RESULT, RETENTION_MS));
-    expect(complete.commands).toStrictEqual(['EVAL']);
+    expect(complete.commands).toStrictEqual(['EVALSHA']);
     const replay = await commandsDuring(() => claim());
-    expect(replay).toMatchObject({ commands: ['EVAL'], value: { state: 'completed' } });
+    expect(replay).toMatchObject({ commands: ['EVALSHA'], value: { state: 'completed' } });
     // Other arguments under the key: the guard's conflict, from the same single script.
     const conflict = await commandsDuring(() => claim(OTHER_FINGERPRINT));
     expect(conflict).toMatchObject({
-      commands: ['EVAL'],
+      commands: ['EVALSHA'],
       value: { state: 'completed', fingerprint: FINGERPRINT },
     });
   });
@@ -132,18 +132,18 @@ describe.skipIf(!redis)('round trips, as Redis receives them (MONITOR)', () => {
     const openingClaim = opening.value;
     if (openingClaim.state !== 'claimed') throw new Error(openingClaim.state);
     const asked = await commandsDuring(() => store.awaitInput(openingClaim.ticket, RESULT, RETENTION_MS));
-    expect([opening.commands, asked.commands]).toStrictEqual([['EVAL'], ['EVAL']]);
+    expect([opening.commands, asked.commands]).toStrictEqual([['EVALSHA'], ['EVALSHA']]);
     const repeat = await commandsDuring(() => store.claim(id, FINGERPRINT, LEASE_MS));
-    expect(repeat).toMatchObject({ commands: ['EVAL'], value: { state: 'awaitingInput' } });
+    expect(repeat).toMatchObject({ commands: ['EVALSHA'], value: { state: 'awaitingInput' } });
     const resumed = await commandsDuring(() => store.claim(id, FINGERPRINT, LEASE_MS, true));
     const resumedClaim = resumed.value;
     if (resumedClaim.state !== 'claimed') throw new Error(resumedClaim.state);
     const released = await commandsDuring(() => store.release(resumedClaim.ticket));
-    expect([resumed.commands, released.commands]).toStrictEqual([['EVAL'], ['EVAL']]);
+    expect([resumed.commands, released.commands]).toStrictEqual([['EVALSHA'], ['EVALSHA']]);
     const again = await store.claim(id, FINGERPRINT, LEASE_MS, true);
     if (again.state !== 'claimed') throw new Error(again.state);
     const completed = await commandsDuring(() => store.complete(again.ticket, RESULT, RETENTION_MS));
-    expect(completed.commands).toStrictEqual(['EVAL']);
+    expect(completed.commands).toStrictEqual(['EVALSHA']);
     expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toMatchObject({ state: 'completed' });
   });
 });

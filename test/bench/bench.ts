@@ -3,20 +3,23 @@
 //   npm run bench               the full run, a few minutes on a 2-core machine
 //   npm run bench -- --quick    a smoke run (CI), 60 to 90 s on a busy 2-core machine;
 //                               its figures are rough, so its verdicts read "not judged"
+//   npm run bench -- peers      the guard beside other idempotency libraries alone (also part
+//                               of the full run), installed apart first: npm run peers:install
 //
 // One question per file (transports, guard-alone, otel, redis, postgres, sqlite, memory, scaling,
-// concurrency); harness.ts is how they measure, calls.ts what they call. Tables go to stdout, the
+// concurrency, peers/measure); harness.ts is how they measure, calls.ts what they call. Tables go to stdout, the
 // figures and the machine to test/bench/results/latest.json, which the README quotes (a quick run writes
 // to the temporary directory). Targets are reported, never asserted: only a wrong answer (a figure
 // from the wrong path) or a broken setup fails. Every server, Redis and Postgres started here is
 // stopped, on error and on Ctrl-C too.
 
+import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { availableParallelism, cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
+import { parseArgs, promisify } from 'node:util';
 import { z } from 'zod';
 import { startPostgres } from '../../demo/processes/postgres.js';
 import { startRedis } from '../../demo/processes/redis.js';
@@ -29,7 +32,7 @@ import {
   WrongAnswerError,
 } from './calls.js';
 import { measureConcurrency } from './concurrency.js';
-import { type Report, runChild, table, UNJUDGED_ENV, yesNo } from './harness.js';
+import { PEERS_REDIS_URL_ENV, type Report, runChild, table, UNJUDGED_ENV, yesNo } from './harness.js';
 import { measureStatements } from './postgres.js';
 import { measureRoundTrips } from './redis.js';
 import { measureSqlite, measureStatements as measureSqliteStatements } from './sqlite.js';
@@ -51,6 +54,8 @@ const FULL = {
   concurrency: { rounds: 3, phaseMs: 400 },
   sqlite: { rounds: 20, warmupRounds: 2, batchCalls: 300 },
   sqliteStatements: { rounds: 10, calls: 1_000 },
+  // The libraries' memory calls take microseconds, their Redis calls hundreds.
+  peers: { rounds: 20, memoryCalls: 2_000, redisCalls: 300 },
 };
 
 const QUICK: typeof FULL = {
@@ -67,6 +72,8 @@ const QUICK: typeof FULL = {
   concurrency: { rounds: 1, phaseMs: 100 },
   sqlite: { rounds: 3, warmupRounds: 1, batchCalls: 50 },
   sqliteStatements: { rounds: 2, calls: 200 },
+  // Not run: a quick run does not install the other libraries.
+  peers: { rounds: 0, memoryCalls: 0, redisCalls: 0 },
 };
 
 // --- Cleanup: whatever was started is stopped, however the run ends ---
@@ -88,10 +95,21 @@ const say = (line: string) => process.stdout.write(`${line}\n`);
 const note = (line: string) =>
   process.stderr.write(`  … ${(performance.now() / 1000).toFixed(0)} s: ${line}\n`);
 
+/** The other libraries, installed apart, each measured on memory and on `redisUrl`'s Redis. */
+async function measurePeers(redisUrl: string | undefined, peers: typeof FULL.peers): Promise<Report[]> {
+  const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+  await promisify(execFile)('npm', ['run', '-s', 'peers:install'], { cwd: root });
+  const reports = [await runChild('peers/measure.ts', [0, peers.rounds, peers.memoryCalls], [])];
+  if (!redisUrl) return reports;
+  process.env[PEERS_REDIS_URL_ENV] = redisUrl;
+  return [...reports, await runChild('peers/measure.ts', [1, peers.rounds, peers.redisCalls], [])];
+}
+
 async function main(): Promise<void> {
   const options = { quick: { type: 'boolean', default: false }, out: { type: 'string' } } as const;
-  const { values } = parseArgs({ options });
+  const { values, positionals } = parseArgs({ options, allowPositionals: true });
   const plan = values.quick ? QUICK : FULL;
+  if (positionals[0] === 'peers') return peersAlone(values.out);
   if (values.quick) process.env[UNJUDGED_ENV] = '1';
   const latest = join(dirname(fileURLToPath(import.meta.url)), 'results', 'latest.json');
   const out = values.out ?? (values.quick ? join(tmpdir(), 'sep3182-bench-quick.json') : latest);
@@ -162,6 +180,12 @@ async function main(): Promise<void> {
   // Stdio has no second client: one process serves one connection.
   const concurrent = pairs.filter((pair) => pair.transport !== 'stdio');
   reports.concurrency = await measureConcurrency(concurrent, plan.concurrency);
+  if (plan.peers.rounds > 0) {
+    note('beside other idempotency libraries');
+    const [memory, onRedis] = await measurePeers(redis?.url, plan.peers);
+    if (memory) reports.peersMemory = memory;
+    if (onRedis) reports.peersRedis = onRedis;
+  }
   await closeAll();
   note('SQLite against memory, over stdio');
   reports.sqlite = await measureSqlite(plan.sqlite, note);
@@ -204,6 +228,8 @@ async function main(): Promise<void> {
     'memory',
     'scaling',
     'concurrency',
+    'peersMemory',
+    'peersRedis',
   ];
   for (const report of order.flatMap((name) => reports[name] ?? [])) {
     say(`\n== ${report.title}\n${report.how}\n\n${report.table}`);
@@ -219,6 +245,31 @@ async function main(): Promise<void> {
   await mkdir(dirname(out), { recursive: true });
   await writeFile(out, `${JSON.stringify(results, null, 2)}\n`);
   say(`\n${plan.mode} run took ${durationSeconds.toFixed(0)} s; figures in ${shownPath(out)}`);
+}
+
+/** `npm run bench -- peers`: the question beside other libraries alone, its figures in results/peers.json. */
+async function peersAlone(out: string | undefined): Promise<void> {
+  const date = new Date().toISOString();
+  const loadAverageAtStart = loadavg().map((n) => Number(n.toFixed(2)));
+  say('SEP-3182 request idempotency: the guard beside other idempotency libraries');
+  say(`${cpus()[0]?.model ?? 'unknown'}, ${availableParallelism()} cores, Node ${process.version}, ${date}`);
+  const redis = await startRedis();
+  if (redis) closers.push(() => redis.stop());
+  const reports = await measurePeers(redis?.url, FULL.peers);
+  for (const report of reports) say(`\n== ${report.title}\n${report.how}\n\n${report.table}`);
+  const loadAverageAtEnd = loadavg().map((n) => Number(n.toFixed(2)));
+  const file = out ?? join(dirname(fileURLToPath(import.meta.url)), 'results', 'peers.json');
+  const figures = reports.map((report) => report.figures);
+  const results = {
+    date,
+    node: process.version,
+    loadAverageAtStart,
+    loadAverageAtEnd,
+    plan: FULL.peers,
+    figures,
+  };
+  await writeFile(file, `${JSON.stringify(results, null, 2)}\n`);
+  say(`\nfigures in ${shownPath(file)}`);
 }
 
 /** A path inside the repository relative to its root, as the docs name it; any other, absolute. */

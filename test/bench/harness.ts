@@ -177,6 +177,9 @@ export const mb = (bytes: number): string => `${(bytes / 1e6).toFixed(1)} MB`;
  */
 export const UNJUDGED_ENV = 'SEP3182_BENCH_UNJUDGED';
 
+/** The Redis the question beside other libraries (peers/measure.ts) runs on, handed to its process. */
+export const PEERS_REDIS_URL_ENV = 'SEP3182_BENCH_PEERS_REDIS_URL';
+
 export const yesNo = (met: boolean): string =>
   process.env[UNJUDGED_ENV] === '1' ? 'not judged' : met ? 'yes' : 'NO';
 

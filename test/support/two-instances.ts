@@ -47,8 +47,8 @@ export function describeTwoInstances(where: string, redis: SharedRedis | undefin
       prefix: uniqueKeyPrefix('scale'),
       args: (prefix) => redis.args(prefix),
       roundTrips: async (prefix, action) => commandsDuring(redis.admins(), `${prefix}idem:`, action),
-      // claim and complete, then one claim that finds the record: each an EVAL.
-      cost: { firstExecution: ['EVAL', 'EVAL'], replay: ['EVAL'] },
+      // claim and complete, then one claim that finds the record: each an EVALSHA.
+      cost: { firstExecution: ['EVALSHA', 'EVALSHA'], replay: ['EVALSHA'] },
     },
   );
 }

@@ -7,8 +7,10 @@
 // out of memory, as it refuses a plain write, instead of letting it write past `maxmemory`.
 // The scripts' keys: KEYS[1] the record; KEYS[2] the scope's index (sorted set: record key →
 // expiry, in Redis' own milliseconds); KEYS[3] the scope's sizes (hash: record key → characters,
-// and the field "" → their total). The index keys expire once nothing in them can be live.
-// KEYS[4] is the marker (see MARKER below), for the scripts that must tell vanished data.
+// and the field "" → their total). The index keys expire once nothing in them can be live: `index`
+// keeps the sorted set for as long as the record it just scored, `sized` the sizes too, for a
+// record whose size is counted (an unsized claim adds nothing to the hash, so it leaves its expiry
+// alone). KEYS[4] is the marker (see MARKER below), for the scripts that must tell vanished data.
 const SCOPE_INDEX = `
 local function now_ms()
   local t = redis.call('TIME')
@@ -17,9 +19,12 @@ end
 local function keep_for(key, ms)
   if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
 end
-local function index(ms)
-  redis.call('ZADD', KEYS[2], now_ms() + ms, KEYS[1])
+local function index(now, ms)
+  redis.call('ZADD', KEYS[2], now + ms, KEYS[1])
   keep_for(KEYS[2], ms)
+end
+local function sized(now, ms)
+  index(now, ms)
   keep_for(KEYS[3], ms)
 end`;
 
@@ -59,6 +64,8 @@ end`;
 // own fingerprint instead: ARGV[5] is how such a record begins (the state, then the fingerprint,
 // as the JSON below writes them), empty for an opening round; the record's size stays counted.
 // A key found free is claimed only while the marker says the data is whole (see MARKER).
+// The quota prunes what has expired before it counts; nothing has, mostly, and then the claim
+// writes nothing but its record and its index entry.
 // ARGV: claim value, lease, quota of records, quota of bytes, awaiting-input prefix, a nonce.
 // Answers {'held', value}, {'resumed', value, its expiry, epoch}, {'quota'}, {'lost', since} or
 // {'claimed', epoch}: the epoch goes into the ticket, for RENEW and COMPLETE to tell a loss by.
@@ -66,9 +73,10 @@ export const CLAIM_SCRIPT = `#!lua${SCOPE_INDEX}${MARKER}
 local held = redis.call('GET', KEYS[1])
 if held then
   if ARGV[5] == '' or string.sub(held, 1, #ARGV[5]) ~= ARGV[5] then return {'held', held} end
-  local expires = now_ms() + redis.call('PTTL', KEYS[1])
+  local now = now_ms()
+  local expires = now + redis.call('PTTL', KEYS[1])
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  index(tonumber(ARGV[2]))
+  sized(now, tonumber(ARGV[2]))
   local mark = redis.call('GET', KEYS[4])
   return {'resumed', held, expires, mark and epoch_of(mark) or ''}
 end
@@ -81,17 +89,21 @@ end
 local lost = lost_at(mark)
 if lost and now < lost + tonumber(ARGV[2]) then return {'lost', lost} end
 local total = tonumber(redis.call('HGET', KEYS[3], '') or '0')
-for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
-  total = total - tonumber(redis.call('HGET', KEYS[3], gone) or '0')
-  redis.call('HDEL', KEYS[3], gone)
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+if #expired > 0 then
+  local counted = total
+  for _, gone in ipairs(expired) do
+    total = total - tonumber(redis.call('HGET', KEYS[3], gone) or '0')
+    redis.call('HDEL', KEYS[3], gone)
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  if total ~= counted then redis.call('HSET', KEYS[3], '', total) end
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-redis.call('HSET', KEYS[3], '', total)
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) or total >= tonumber(ARGV[4]) then
   return {'quota'}
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-index(tonumber(ARGV[2]))
+index(now, tonumber(ARGV[2]))
 return {'claimed', epoch_of(mark)}`;
 
 // The claim is released only by the claimant: replace the value with the completed record
@@ -102,15 +114,16 @@ return {'claimed', epoch_of(mark)}`;
 // is empty because Redis lost its data while the call ran (the marker went, or changed epoch,
 // since the claim): nobody else can hold it, so the answer is kept, and the retry replays it.
 // ARGV: claim value, completed (or awaiting-input) value, retention, the value's size, the
-// claim's epoch, a nonce.
+// claim's epoch, a nonce. The sizes are written before `sized` sets their expiry: the first record
+// of a scope creates the hash, and an expiry set before the hash exists sets nothing.
 export const COMPLETE_SCRIPT = `#!lua${SCOPE_INDEX}${LOST_UNDER}
 local held = redis.call('GET', KEYS[1])
 if held ~= ARGV[1] and (held or not lost_under(ARGV[5])) then return false end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-index(tonumber(ARGV[3]))
-local counted = tonumber(redis.call('HGET', KEYS[3], KEYS[1]) or '0')
-redis.call('HSET', KEYS[3], KEYS[1], ARGV[4])
-redis.call('HINCRBY', KEYS[3], '', tonumber(ARGV[4]) - counted)
+local counted = redis.call('HMGET', KEYS[3], KEYS[1], '')
+local total = tonumber(counted[2] or '0') + tonumber(ARGV[4]) - tonumber(counted[1] or '0')
+redis.call('HSET', KEYS[3], KEYS[1], ARGV[4], '', total)
+sized(now_ms(), tonumber(ARGV[3]))
 return 1`;
 
 // Nothing ran: the claimant puts back the awaiting-input record its continuation took over, with
@@ -148,7 +161,7 @@ elseif held or not lost_under(ARGV[3]) then
 else
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
-index(tonumber(ARGV[2]))
+sized(now_ms(), tonumber(ARGV[2]))
 return 1`;
 
 // Arms the markers when a store starts: the first instance's epoch, kept by every later one.

@@ -3,12 +3,16 @@
 // With no session affinity a retry can land on any instance, so every instance must see
 // the same records (SEP-3182, stateless deployments). Each operation is one atomic Redis
 // script, so instances need no locks and no coordination of their own:
-//   claim    = EVAL "the record if there is one; else, within the caller's quota, my claim,
-//              with PX lease"   (1 round trip)
-//   complete = EVAL "replace it only if it is still my claim"   (1 round trip; `awaitInput`
-//              is the same script writing an awaiting-input record, `release` its undo)
-//   renew    = EVAL "extend its lease only if it is still my claim"   (only for a call still
-//              running after a third of its lease: one round trip per third)
+//   claim    = "the record if there is one; else, within the caller's quota, my claim, with PX
+//              lease"   (1 round trip)
+//   complete = "replace it only if it is still my claim"   (1 round trip; `awaitInput` is the
+//              same script writing an awaiting-input record, `release` its undo)
+//   renew    = "extend its lease only if it is still my claim"   (only for a call still running
+//              after a third of its lease: one round trip per third)
+// Each is sent as EVALSHA, by its digest: Redis keeps every script it has run compiled under its
+// SHA-1, so a call sends its keys and arguments, not the script. A Redis that has forgotten it
+// (a restart, SCRIPT FLUSH, a failover to a replica that never ran it) answers NOSCRIPT without
+// running anything, and the store sends the script whole once (`RedisScript`).
 // A replay, a conflict and an in-progress answer cost one round trip; a first execution two.
 // Redis expiry does all eviction: the lease is the in-progress record's TTL, retention the
 // completed record's TTL. Each caller's quota is kept beside its records: a sorted set of its
@@ -54,6 +58,44 @@ import {
   withDeadline,
 } from '../support.js';
 import { ARM_SCRIPT, CLAIM_SCRIPT, COMPLETE_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT } from './scripts.js';
+
+/**
+ * A script Redis runs by its SHA-1 (EVALSHA). Redis answers NOSCRIPT, having run nothing, when it
+ * does not have the script (a restart, SCRIPT FLUSH, a failover): then it is sent whole (EVAL),
+ * which runs it and has Redis keep it for the calls after. On a cluster both go to the node that
+ * serves the first key, so each node learns the script the first time it runs it.
+ */
+class RedisScript {
+  private readonly sha: string;
+
+  constructor(private readonly text: string) {
+    this.sha = createHash('sha1').update(text).digest('hex');
+  }
+
+  /** Has `node` keep the script; a refusal is no error, since `run` sends it whole then. */
+  async loadInto(node: RedisClientType): Promise<void> {
+    try {
+      await node.scriptLoad(this.text);
+    } catch (error) {
+      if (!(error instanceof ErrorReply)) throw error;
+    }
+  }
+
+  async run(client: RedisClient, options: { keys: string[]; arguments: string[] }): Promise<unknown> {
+    try {
+      return await client.evalSha(this.sha, options);
+    } catch (error) {
+      if (!(error instanceof ErrorReply && error.message.startsWith('NOSCRIPT'))) throw error;
+      return client.eval(this.text, options);
+    }
+  }
+}
+
+const CLAIM = new RedisScript(CLAIM_SCRIPT);
+const COMPLETE = new RedisScript(COMPLETE_SCRIPT);
+const RELEASE = new RedisScript(RELEASE_SCRIPT);
+const RENEW = new RedisScript(RENEW_SCRIPT);
+const SCRIPTS = [CLAIM, COMPLETE, RELEASE, RENEW];
 
 /** Every key the store writes starts with this, so `clear()` can find exactly its own keys. */
 export const DEFAULT_REDIS_KEY_PREFIX = 'sep3182:idem:';
@@ -218,6 +260,8 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   readonly maxBytesPerScope: number;
   private readonly commandTimeoutMs: number;
   private readonly maxmemoryPolicy: string | undefined;
+  /** The client, for the calls' scripts: without node-redis' own timeout (see the constructor). */
+  private readonly calls: RedisClient;
   private ownsClient = false;
   /** Told when the store starts refusing this Redis, and why (the operator's log). */
   private onError: ((error: unknown) => void) | undefined;
@@ -287,6 +331,11 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     this.maxRecordsPerScope = settings.maxRecordsPerScope;
     this.maxBytesPerScope = settings.maxBytesPerScope;
     this.maxmemoryPolicy = settings.maxmemoryPolicy;
+    // node-redis gives each command a timeout of its own (5 s by default): an AbortSignal and its
+    // timer, kept alive until the timer fires, seconds after the reply, which the collector then
+    // has to move. Each of the store's commands already has its deadline (`bounded`), so the
+    // calls' scripts go without; a shared client keeps its options for its other users.
+    this.calls = client.withCommandOptions({ timeout: 0 });
     // Started now, so a claim rarely waits for it; a failure is retried by the first claim.
     this.ensureStarted().catch(() => {});
     this.checks = setInterval(() => void this.recheck(), settings.environmentCheckMs);
@@ -328,7 +377,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     }
     if (this.refusal) throw new StoreUnavailableError(new RedisEnvironmentError(this.refusal));
     const token = randomUUID();
-    const command = this.client.eval(CLAIM_SCRIPT, {
+    const command = CLAIM.run(this.calls, {
       keys: this.keysOf(id),
       arguments: [
         inProgressValue(fingerprint, token),
@@ -408,7 +457,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     const resumed = heldOf(ticket);
     try {
       const released = await this.bounded(
-        this.client.eval(RELEASE_SCRIPT, {
+        RELEASE.run(this.calls, {
           keys: this.keysOf(ticket),
           arguments: [
             inProgressValue(ticket.fingerprint, ticket.token),
@@ -427,7 +476,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     const lease = milliseconds(leaseMs);
     try {
       const renewed = await this.bounded(
-        this.client.eval(RENEW_SCRIPT, {
+        RENEW.run(this.calls, {
           keys: this.keysOf(ticket),
           arguments: [
             inProgressValue(ticket.fingerprint, ticket.token),
@@ -485,12 +534,9 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     const retention = milliseconds(retentionMs);
     const json = JSON.stringify(response);
     try {
-      // EVAL, not EVALSHA: one round trip always. EVALSHA needs a second one (NOSCRIPT, then
-      // EVAL) after every Redis restart or failover; Redis caches the compiled script by its
-      // SHA either way, so EVAL only costs the script's bytes on the wire.
       // The script answers 1 when it replaced the claim, nil when the key had moved on.
       const replaced = await this.bounded(
-        this.client.eval(COMPLETE_SCRIPT, {
+        COMPLETE.run(this.calls, {
           keys: this.keysOf(ticket),
           arguments: [
             inProgressValue(ticket.fingerprint, ticket.token),
@@ -538,11 +584,23 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     return this.starting;
   }
 
-  /** Reads the eviction policy of every master, then arms the markers (see MARKER in scripts.ts). */
+  /**
+   * Reads the eviction policy of every master, then arms the markers (see MARKER in scripts.ts),
+   * and has every master keep the scripts, so that no call's first EVALSHA meets NOSCRIPT.
+   */
   private async start(): Promise<void> {
     await this.checkEnvironment();
     await this.armMarkers();
+    await this.loadScripts();
     this.started = true;
+  }
+
+  /** SCRIPT LOAD of each script on every master; one refused (an ACL) is sent whole when first run. */
+  private async loadScripts(): Promise<void> {
+    const loads = (await this.boundedStart(this.nodes())).flatMap((node) =>
+      SCRIPTS.map((script) => script.loadInto(node)),
+    );
+    await this.boundedStart(Promise.all(loads));
   }
 
   /** Sets `refusal` from what every master says now; rejects only if a master does not answer. */
@@ -763,9 +821,27 @@ function settingsOf(
 /** Characters of the digest kept as the tag: 48 bits, plenty to spread scopes over 16384 slots. */
 const SLOT_TAG_LENGTH = 8;
 
+/**
+ * Each scope's tag, once digested: a caller's claim and its record name the same keys, and a
+ * server meets the same callers again and again. Forgotten whole past this many scopes, so a
+ * stream of new callers holds no more than that.
+ */
+const tags = new Map<string, string>();
+const MAX_REMEMBERED_TAGS = 10_000;
+
+function tagOf(scope: string): string {
+  let tag = tags.get(scope);
+  if (tag === undefined) {
+    if (tags.size >= MAX_REMEMBERED_TAGS) tags.clear();
+    tag = createHash('sha256').update(scope).digest('base64url').slice(0, SLOT_TAG_LENGTH);
+    tags.set(scope, tag);
+  }
+  return tag;
+}
+
 /** The record's key, then its scope's index and sizes: `prefix{tag}…`, one hash slot. */
 export function redisKeysOf(keyPrefix: string, id: RecordId): [string, string, string] {
-  const tag = createHash('sha256').update(id.scope).digest('base64url').slice(0, SLOT_TAG_LENGTH);
+  const tag = tagOf(id.scope);
   const tagged = `${keyPrefix}{${tag}}`;
   // JSON keeps (scope, key) pairs distinct whatever characters either contains.
   const record = tagged + JSON.stringify([id.scope, id.idempotencyKey]);
