@@ -26,9 +26,9 @@ import {
   type ServerConnection,
   startHttpInstance,
 } from './demo/processes/launch.js';
-import { everyScenarioMustRun } from './demo/scenarios/backends.js';
 import { clientOwnsItsRetries } from './demo/scenarios/client-owned-retries.js';
 import { decisionsScraped } from './demo/scenarios/decisions-scraped.js';
+import { everyScenarioMustRun } from './demo/scenarios/installed-backends.js';
 import { installInteropIfNeeded, runAgentFrameworkScenario } from './demo/scenarios/interop.js';
 import {
   errorFrom,
@@ -40,11 +40,11 @@ import {
   sayAttempt,
   textOf,
 } from './demo/scenarios/narration.js';
-import { runPostgresScenarios } from './demo/scenarios/postgres.js';
 import { runProviderScenarios } from './demo/scenarios/provider-hop.js';
+import { runPostgresScenarios } from './demo/scenarios/records-beside-the-balance.js';
 import { refundAsksFirst } from './demo/scenarios/refund-asks-first.js';
 import { runScaleOutScenarios } from './demo/scenarios/scale-out-on-redis.js';
-import { runSqliteScenarios } from './demo/scenarios/sqlite.js';
+import { runSqliteScenarios } from './demo/scenarios/stdio-on-one-file.js';
 import { IMPATIENT_RETRIES, IMPATIENT_TIMEOUT_MS, SLOW_CHARGE_MS, sleep } from './demo/scenarios/timings.js';
 import { v1ClientSameDeduplication } from './demo/scenarios/v1-client.js';
 

@@ -24,7 +24,6 @@ import {
 } from 'mcp-request-idempotency';
 import { installIdempotencyGuard, verifyGuardSeesKeys } from 'mcp-request-idempotency/sdk-v2';
 import { z } from 'zod';
-import { openBackends } from './demo/hosting/backends.js';
 import { messageOf, readCommandLine } from './demo/hosting/cli.js';
 import { parseBearerTokens } from './demo/hosting/http.js';
 import { batchDecisionLines, logDecision } from './demo/hosting/log.js';
@@ -36,6 +35,7 @@ import {
 import { REQUEST_STATE_TTL_SECONDS, requestStateCodec } from './demo/hosting/request-state.js';
 import { CALLER_SCOPES, DEMO_SCOPES, demoScopeOf } from './demo/hosting/scopes.js';
 import { serve } from './demo/hosting/serve.js';
+import { openBackends } from './demo/hosting/storage.js';
 import { startTelemetry } from './demo/hosting/telemetry.js';
 import {
   amountInput,

@@ -21,7 +21,7 @@ import {
   type TestRedis,
   type TestRedisCluster,
   uniqueKeyPrefix,
-} from '../demo/processes/redis.js';
+} from '../demo/processes/redis-server.js';
 import { MemoryLedger } from '../ledger.js';
 import { connectHttp } from './support/http.js';
 import { connectInProcess, type InProcessConnection } from './support/in-process.js';

@@ -35,8 +35,8 @@ import {
 import { SqliteIdempotencyStore } from 'mcp-request-idempotency/sqlite';
 import { afterAll, describe, it } from 'vitest';
 import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../demo/processes/bounds.js';
-import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../demo/processes/postgres.js';
-import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../demo/processes/redis.js';
+import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../demo/processes/postgres-server.js';
+import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../demo/processes/redis-server.js';
 import { MemoryLedger } from '../ledger.js';
 import { connectInProcess } from './support/in-process.js';
 import { type Answer, round } from './support/rounds.js';

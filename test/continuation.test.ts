@@ -31,7 +31,12 @@ import {
   resetLedger,
   startHttpInstance,
 } from '../demo/processes/launch.js';
-import { REDIS_SKIP_REASON, startRedis, type TestRedis, uniqueKeyPrefix } from '../demo/processes/redis.js';
+import {
+  REDIS_SKIP_REASON,
+  startRedis,
+  type TestRedis,
+  uniqueKeyPrefix,
+} from '../demo/processes/redis-server.js';
 import { connectInProcess, ManualClock } from './support/in-process.js';
 import { type Answer, round } from './support/rounds.js';
 

@@ -26,7 +26,7 @@ import {
 } from 'mcp-request-idempotency/redis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { sleep, waitUntil } from '../demo/processes/bounds.js';
-import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../demo/processes/redis.js';
+import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../demo/processes/redis-server.js';
 import type { Ledger } from '../ledger.js';
 import { postRaw } from './support/hostile.js';
 import { type HttpInstance, startHttpInstance } from './support/http.js';

@@ -16,7 +16,7 @@ import { IdempotencyErrorType, INVALID_PARAMS } from 'mcp-request-idempotency';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sleep } from '../demo/processes/bounds.js';
 import { postModern } from '../demo/processes/launch.js';
-import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../demo/processes/redis.js';
+import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../demo/processes/redis-server.js';
 import { jsonRpcText, postRaw } from './support/hostile.js';
 import { type HttpInstance, startHttpInstance } from './support/http.js';
 import { type RawAnswer, RawStdioPeer } from './support/raw-stdio.js';

@@ -29,7 +29,7 @@ import {
   sleep,
   waitUntil,
 } from '../demo/processes/bounds.js';
-import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../demo/processes/postgres.js';
+import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../demo/processes/postgres-server.js';
 import {
   PGBOUNCER_SKIP_REASON,
   pgBouncerInstalled,

@@ -20,7 +20,7 @@ import {
   startPostgres,
   type TestPostgres,
   uniqueTablePrefix,
-} from '../demo/processes/postgres.js';
+} from '../demo/processes/postgres-server.js';
 import { startHolder } from './support/postgres-holders.js';
 import {
   claimTicket,

@@ -31,7 +31,7 @@ import {
   startPostgres,
   type TestPostgres,
   uniqueTablePrefix,
-} from '../demo/processes/postgres.js';
+} from '../demo/processes/postgres-server.js';
 import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
 import { connect, type Era, type Peer } from '../packages/checker/wire.js';
 import { postRaw } from './support/hostile.js';

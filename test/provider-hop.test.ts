@@ -29,7 +29,7 @@ import {
   type ProviderProcess,
   startProviderProcess,
 } from '../demo/processes/payment-provider.js';
-import { startRedis, uniqueKeyPrefix } from '../demo/processes/redis.js';
+import { startRedis, uniqueKeyPrefix } from '../demo/processes/redis-server.js';
 import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
 import { connectHttpClient, startHttpInstance } from './support/http.js';
 import { textOf } from './support/sep-cases.js';

@@ -22,7 +22,7 @@ import {
   startRedisCluster,
   type TestRedis,
   type TestRedisCluster,
-} from '../demo/processes/redis.js';
+} from '../demo/processes/redis-server.js';
 import type { Ledger } from '../ledger.js';
 import { connectInProcess, type InProcessConnection } from './support/in-process.js';
 

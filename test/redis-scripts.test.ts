@@ -16,7 +16,7 @@ import {
   startRedisCluster,
   type TestRedis,
   uniqueKeyPrefix,
-} from '../demo/processes/redis.js';
+} from '../demo/processes/redis-server.js';
 import { MemoryLedger } from '../ledger.js';
 import { connectInProcess } from './support/in-process.js';
 import { FINGERPRINT, LEASE_MS, RESULT, RETENTION_MS } from './support/store-fixtures.js';

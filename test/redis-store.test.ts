@@ -22,7 +22,7 @@ import {
   startRedis,
   type TestRedis,
   uniqueKeyPrefix,
-} from '../demo/processes/redis.js';
+} from '../demo/processes/redis-server.js';
 import { CHARGE_LIMIT, ChargeDeclined } from '../ledger.js';
 import {
   claimTicket,

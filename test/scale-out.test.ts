@@ -8,7 +8,12 @@ import { IdempotencyErrorType, idempotencyErrorOf } from 'mcp-request-idempotenc
 import { callTool } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ERAS } from '../demo/processes/launch.js';
-import { REDIS_SKIP_REASON, startRedis, type TestRedis, uniqueKeyPrefix } from '../demo/processes/redis.js';
+import {
+  REDIS_SKIP_REASON,
+  startRedis,
+  type TestRedis,
+  uniqueKeyPrefix,
+} from '../demo/processes/redis-server.js';
 import { connectHttp, connectHttpClient, type HttpInstance, startHttpInstance } from './support/http.js';
 import { describeSepCases, textOf } from './support/sep-cases.js';
 import { describeTwoInstances } from './support/two-instances.js';

@@ -21,7 +21,7 @@ import { PostgresIdempotencyStore, postgresTransaction } from 'mcp-request-idemp
 import { installIdempotencyGuard } from 'mcp-request-idempotency/sdk-v2';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../demo/processes/postgres.js';
+import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../demo/processes/postgres-server.js';
 
 const closers: Array<() => Promise<void>> = [];
 afterEach(async () => {

@@ -6,11 +6,11 @@
 
 import type { McpServer } from '@modelcontextprotocol/server';
 import type { ClaimsInFlight } from 'mcp-request-idempotency';
-import type { Backends } from './backends.js';
 import { messageOf, type ServerConfig } from './cli.js';
 import { type BearerTokens, startHttpServer } from './http.js';
 import { log, reportSdkError } from './log.js';
 import { serveStdio } from './stdio.js';
+import type { Backends } from './storage.js';
 import type { Telemetry } from './telemetry.js';
 
 export interface Service {

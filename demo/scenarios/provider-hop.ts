@@ -21,8 +21,8 @@ import {
   type ProviderProcess,
   startProviderProcess,
 } from '../processes/payment-provider.js';
-import { startRedis, type TestRedis } from '../processes/redis.js';
-import { backendFor, DEMO_REDIS_PREFIX, REDIS_ABSENT } from './backends.js';
+import { startRedis, type TestRedis } from '../processes/redis-server.js';
+import { backendFor, DEMO_REDIS_PREFIX, REDIS_ABSENT } from './installed-backends.js';
 import { errorFrom, expect, heading, say, textOf } from './narration.js';
 import { sleep } from './timings.js';
 

@@ -15,8 +15,8 @@ import {
   resetLedger,
   startHttpInstance,
 } from '../processes/launch.js';
-import { startRedis } from '../processes/redis.js';
-import { backendFor, DEMO_REDIS_PREFIX, REDIS_ABSENT } from './backends.js';
+import { startRedis } from '../processes/redis-server.js';
+import { backendFor, DEMO_REDIS_PREFIX, REDIS_ABSENT } from './installed-backends.js';
 import { expect, heading, say, textOf } from './narration.js';
 import { IMPATIENT_RETRIES, IMPATIENT_TIMEOUT_MS, SLOW_CHARGE_MS } from './timings.js';
 

@@ -21,8 +21,8 @@ import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs, promisify } from 'node:util';
 import { z } from 'zod';
-import { startPostgres } from '../../demo/processes/postgres.js';
-import { startRedis } from '../../demo/processes/redis.js';
+import { startPostgres } from '../../demo/processes/postgres-server.js';
+import { startRedis } from '../../demo/processes/redis-server.js';
 import {
   openServer,
   type ServerPair,

@@ -10,7 +10,7 @@
 // flatter the target.
 
 import { DEFAULT_POSTGRES_APPLICATION_NAME } from 'mcp-request-idempotency/postgres';
-import type { TestPostgres } from '../../demo/processes/postgres.js';
+import type { TestPostgres } from '../../demo/processes/postgres-server.js';
 import {
   countPerDecision,
   type PostgresTarget,

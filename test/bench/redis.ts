@@ -5,7 +5,7 @@
 // `commandsDuring`, with MONITOR: a command a script runs inside Redis is no round trip of its own,
 // the tool's ledger keys are not the guard's, and other traffic on a shared Redis does not leak in).
 
-import { commandsDuring, type TestRedis } from '../../demo/processes/redis.js';
+import { commandsDuring, type TestRedis } from '../../demo/processes/redis-server.js';
 import {
   countPerDecision,
   perCall,

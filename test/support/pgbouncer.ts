@@ -17,7 +17,7 @@ import { tmpdir, userInfo } from 'node:os';
 import { delimiter, join } from 'node:path';
 import pg from 'pg';
 import { START_TIMEOUT_MS, WAIT_MS, waitUntil } from '../../demo/processes/bounds.js';
-import { freePort, userIds } from '../../demo/processes/postgres.js';
+import { freePort, userIds } from '../../demo/processes/postgres-server.js';
 
 export const PGBOUNCER_SKIP_REASON =
   'PgBouncer tests skipped: install pgbouncer (Debian: apt-get install pgbouncer)';

@@ -16,7 +16,7 @@ import { isDeepStrictEqual } from 'node:util';
 import { DEFAULT_LEASE_MS, IdempotencyErrorType, idempotencyErrorOf } from 'mcp-request-idempotency';
 import { callTool } from 'mcp-request-idempotency/client';
 import { balanceOf, connectToServer, resetLedger, type ServerConnection } from '../processes/launch.js';
-import { skipped } from './backends.js';
+import { skipped } from './installed-backends.js';
 import { killedMidCharge } from './killed-mid-charge.js';
 import { errorFrom, expect, heading, say, textOf } from './narration.js';
 import { SLOW_CHARGE_MS, sleep } from './timings.js';
