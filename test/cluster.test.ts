@@ -27,6 +27,7 @@ import { connectHttp } from './support/http.js';
 import { connectInProcess, type InProcessConnection } from './support/in-process.js';
 import { type Attempt, chargeEach, type Operation } from './support/keyed-stream.js';
 import { describeSepCases } from './support/sep-cases.js';
+import { expectUnavailableWithin } from './support/store-fixtures.js';
 import { describeTwoInstances } from './support/two-instances.js';
 
 // Persistent (every write fsynced before it is answered): a master killed and restarted keeps
@@ -237,11 +238,11 @@ describe.skipIf(!cluster)('fail closed: a master hung or down never means execut
     if (!down) throw new Error('unreachable');
     await down.kill();
     try {
-      const started = performance.now();
-      await expect(
+      // Refused, not hung: a bound ten times the timeout, so that only a hang reaches it on a busy
+      // machine (the seeds are tried in turn, each within the timeout).
+      await expectUnavailableWithin(5_000, () =>
         RedisIdempotencyStore.connectCluster(servers().urls, { connectTimeoutMs: 500 }),
-      ).rejects.toBeInstanceOf(StoreUnavailableError);
-      expect(performance.now() - started).toBeLessThan(1_500);
+      );
     } finally {
       await down.restart();
     }
