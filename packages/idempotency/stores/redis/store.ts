@@ -57,7 +57,6 @@ import {
   scopeQuotasOf,
   withDeadline,
 } from '../support.js';
-import { SharedDeadline } from './deadline.js';
 import { ARM_SCRIPT, CLAIM_SCRIPT, COMPLETE_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT } from './scripts.js';
 
 /**
@@ -82,11 +81,13 @@ class RedisScript {
     }
   }
 
-  run(client: RedisClient, options: { keys: string[]; arguments: string[] }): Promise<unknown> {
-    return client.evalSha(this.sha, options).catch((error: unknown) => {
+  async run(client: RedisClient, options: { keys: string[]; arguments: string[] }): Promise<unknown> {
+    try {
+      return await client.evalSha(this.sha, options);
+    } catch (error) {
       if (!(error instanceof ErrorReply && error.message.startsWith('NOSCRIPT'))) throw error;
       return client.eval(this.text, options);
-    });
+    }
   }
 }
 
@@ -258,8 +259,6 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   readonly maxRecordsPerScope: number;
   readonly maxBytesPerScope: number;
   private readonly commandTimeoutMs: number;
-  /** The bound on each call's command (see `bounded`). */
-  private readonly deadline: SharedDeadline;
   private readonly maxmemoryPolicy: string | undefined;
   /** The client, for the calls' scripts: without node-redis' own timeout (see the constructor). */
   private readonly calls: RedisClient;
@@ -329,7 +328,6 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     const settings = settingsOf(options);
     this.keyPrefix = settings.keyPrefix;
     this.commandTimeoutMs = settings.commandTimeoutMs;
-    this.deadline = new SharedDeadline(settings.commandTimeoutMs, 'Redis');
     this.maxRecordsPerScope = settings.maxRecordsPerScope;
     this.maxBytesPerScope = settings.maxBytesPerScope;
     this.maxmemoryPolicy = settings.maxmemoryPolicy;
@@ -564,7 +562,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
    * reply, if it ever comes, is matched to the abandoned command and ignored.
    */
   private bounded<T>(command: Promise<T>): Promise<T> {
-    return this.deadline.bound(command);
+    return withDeadline(command, this.commandTimeoutMs, 'Redis');
   }
 
   /**
