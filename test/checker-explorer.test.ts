@@ -215,6 +215,22 @@ describe('a race found with no --slow-arguments, whatever the seed', () => {
   );
 });
 
+describe('an equivalence flaw is named by its rule, whichever call of the two was respelled', () => {
+  // A key first used with `1.0` and retried with `1` is refused just as the other way round: the
+  // server took the same request for another, whichever spelling came first. Seed 2 makes the
+  // original the respelled call.
+  test('seed 2: the original written 1.0, its plain retry refused: equivalence.number-spelling', async () => {
+    const run = await runChecker([
+      ...stdioServer('test/fixtures/checker/number-spelling.ts'),
+      ...['--tool', 'charge', '--arguments', '{"amount":1,"note":"café"}', '--seed', '2', '--budget', '30'],
+    ]);
+    const { failure } = exploration(run);
+    expect(failure?.transcript[0]).toMatch(/"arguments":\{"amount":1\.0,.*"idempotencyKey":/);
+    expect(failure?.rule).toBe('equivalence.number-spelling');
+    expect(run.code).toBe(1);
+  }, 150_000);
+});
+
 describe('against the demo server', () => {
   test('a default run (the explorer with its default budget) passes, exit 0', async () => {
     const run = await runChecker([

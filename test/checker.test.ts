@@ -280,7 +280,8 @@ describe('the checker names exactly the rule each fixture breaks', () => {
       python,
       `--arg=${join(ROOT, 'test', 'fixtures', 'checker', 'prototype.py')}`,
     ];
-    const call = ['--tool', 'charge', '--arguments', '{"amount":1,"note":"café"}'];
+    // A seed whose explored history starts a key with `1.0` and retries it with `1`.
+    const call = ['--tool', 'charge', '--arguments', '{"amount":1,"note":"café"}', '--seed', '1832347801'];
     const runs = await Promise.all(
       ['2026-07-28', '2025-11-25'].map((era) => runChecker([...server, '--era', era, ...call])),
     );

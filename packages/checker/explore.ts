@@ -112,6 +112,8 @@ interface Kept {
   fingerprint: string;
   /** The answer of the call that executed: what a replay must be. */
   stored: Call;
+  /** The equivalence rule its spelling tests, if it was respelled: a plain retry then tests it too. */
+  spelling?: string;
   at: number;
 }
 
@@ -596,6 +598,16 @@ function retryRule(
 }
 
 /**
+ * The rule an equivalent retry's wrong answer breaks. Refused with an error, it was taken for another
+ * request: the rule of the spelling that set it apart from the original, whichever of the two was
+ * respelled. Answered otherwise, it is a replay that is not the stored answer.
+ */
+function replayRule(record: Kept, call: Call, spelling: string | undefined): string {
+  const respelled = spelling ?? record.spelling;
+  return call.kind === 'error' && respelled ? respelled : 'replay.identical';
+}
+
+/**
  * What is wrong with a later call's answer under a used key, nothing having executed: a retry must
  * get the stored answer, another request an error (a conflict, or in progress while it ran).
  */
@@ -603,7 +615,7 @@ function laterAnswerFault(record: Kept, call: Call, sent: Spelled, where: string
   if (fingerprintOf(sent.tool, sent.parsed) === record.fingerprint) {
     if (alike(record.stored, call)) return undefined;
     return {
-      rule: call.kind === 'error' && sent.rule ? sent.rule : 'replay.identical',
+      rule: replayRule(record, call, sent.rule),
       observed: `${sent.what} under a used key${where} got ${describe(call)}, not the stored ${describe(record.stored)} (nothing executed)`,
     };
   }
@@ -637,7 +649,14 @@ async function single(ctx: Ctx, step: Extract<Step, { kind: 'call' }>): Promise<
       return undefined;
     }
     if (m.count === 1 && call.kind !== 'error') {
-      ctx.records.set(key, { key, slot: step.slot, fingerprint: print, stored: call, at: performance.now() });
+      ctx.records.set(key, {
+        key,
+        slot: step.slot,
+        fingerprint: print,
+        stored: call,
+        spelling: sent.rule,
+        at: performance.now(),
+      });
       ctx.refusedKeys.delete(key);
       return undefined;
     }
@@ -650,7 +669,7 @@ async function single(ctx: Ctx, step: Extract<Step, { kind: 'call' }>): Promise<
   }
   if (m.count !== 0) {
     if (print === record.fingerprint) {
-      const { rule, why } = retryRule(ctx, key, step.conn, sent.rule);
+      const { rule, why } = retryRule(ctx, key, step.conn, sent.rule ?? record.spelling);
       return {
         rule,
         observed: `${why}: ${sent.what} under a used key${on} got ${describe(call)}; ${countWords(m.count, 0, m)}`,
@@ -703,7 +722,7 @@ async function pair(ctx: Ctx, step: Extract<Step, { kind: 'pair' }>): Promise<Fi
     const rule = !sameRequest
       ? (second.rule ?? 'conflict.other-arguments')
       : record
-        ? retryRule(ctx, key, step.conn, second.rule).rule
+        ? retryRule(ctx, key, step.conn, second.rule ?? record.spelling).rule
         : whileFirstRan
           ? 'in-progress.not-executed'
           : (second.rule ?? 'replay.not-executed');
@@ -716,7 +735,7 @@ async function pair(ctx: Ctx, step: Extract<Step, { kind: 'pair' }>): Promise<Fi
   if (record) {
     if (!alike(record.stored, a))
       return {
-        rule: 'replay.identical',
+        rule: replayRule(record, a, undefined),
         observed: `a retry under a used key got ${describe(a)}, not the stored ${describe(record.stored)} (nothing executed)`,
       };
     return laterAnswerFault(record, b, second, when);
@@ -725,7 +744,14 @@ async function pair(ctx: Ctx, step: Extract<Step, { kind: 'pair' }>): Promise<Fi
   const stored = sameRequest && a.kind === 'error' && b.kind !== 'error' ? b : a;
   const other = stored === a ? b : a;
   if (stored.kind !== 'error')
-    ctx.records.set(key, { key, slot: step.slot, fingerprint: firstPrint, stored, at: performance.now() });
+    ctx.records.set(key, {
+      key,
+      slot: step.slot,
+      fingerprint: firstPrint,
+      stored,
+      spelling: stored === b ? second.rule : undefined,
+      at: performance.now(),
+    });
   if (other.kind === 'error') {
     // A conflict for the very same request is no answer to a duplicate.
     if (sameRequest && errorData(other).type === SEP_ERROR.conflict)
