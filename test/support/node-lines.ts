@@ -1,0 +1,48 @@
+// --- What runs on both Node lines ---
+//
+// `.ci/run` runs the whole suite on Node 20 (the machine's, the engines floor, where the README's
+// `npm test` runs here), then, on Node 24, the files below: each tests something Node itself
+// provides, which is not the same code on the two lines. The rest is the project's own JavaScript
+// over sockets, files and child processes (Redis, Postgres, the payment provider, the checker, the
+// docs' commands): the Node line does not change what it does, and running it twice would prove
+// nothing the first run did not. The AI SDK's and Mastra's own loops, and the 2026-07-28
+// conformance suite, run on Node 24 in the first run already (support/node24.ts).
+//
+// `tsx test/support/node-lines.ts` prints the files, one a line, for `vitest run`.
+
+import { fileURLToPath } from 'node:url';
+
+export const BOTH_LINES: Record<string, string> = {
+  // The SQLite driver: better-sqlite3 on Node 20, node:sqlite from 22.13.
+  'test/sqlite-store.test.ts': 'the SQLite store on its driver, processes racing on one file',
+  'test/store-contract.test.ts': 'the store contract on the SQLite driver (and every store)',
+  'test/model.test.ts': 'the guard against the model, on memory and SQLite',
+  // The execution context rides AsyncLocalStorage, which Node 24 rebuilt on AsyncContextFrame.
+  'test/execution.test.ts': "the execution context a tool sees, through the guard's async hops",
+  'test/guard.test.ts': 'the guard in process, on both SDK lines',
+  'test/otel.test.ts': "the active span and the telemetry's context, through the guard",
+  'test/agents-keys.test.ts': 'the agent adapters, which hand a tool call its key in async context',
+  'test/agents-ai-sdk-keys.test.ts': "the AI SDK adapter's key, handed over in async context",
+  'test/agents-mastra-keys.test.ts': "the Mastra adapter's steps, followed in async context",
+  'test/interop/test/agents-langchain.test.ts': "LangChain, whose callbacks ride Node's async context",
+  // node:http (its parser, llhttp, and its timeouts), Node's streams and the fetch it bundles
+  // (undici): each line has its own.
+  'test/stdio.test.ts': "the SEP's cases over stdio, on Node's streams",
+  'test/http.test.ts': "the SEP's cases over Streamable HTTP, on node:http",
+  'test/hostile.test.ts': "malformed bytes, as each line's HTTP parser and JSON reader take them",
+  'test/edges-http.test.ts': "the HTTP entry's timeouts and connection limits",
+  'test/http-origin.test.ts': 'Host and Origin as node:http hands them over',
+  'test/idempotent-client.test.ts': "the client's retries over the bundled fetch",
+  'test/log.test.ts': 'decision lines flushed to a pipe before the process exits',
+  'test/launch.test.ts': 'what a process does with an error no one handled',
+  'test/checker-front-door.test.ts': "a server that cannot start, read from its runtime's error line",
+  // npm itself: 10 with Node 20, 11 with Node 24.
+  'test/npm-scripts.test.ts': "a signal to npm's own PID, passed to the server it started",
+  'test/quickstart.test.ts': "the library README's quick start, with that line's npm and tsc",
+  'test/package.test.ts': "the packages packed and installed by that line's npm",
+};
+
+/** The files, as `vitest run` takes them. */
+export const bothLinesFiles = (): string[] => Object.keys(BOTH_LINES);
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) console.log(bothLinesFiles().join('\n'));
