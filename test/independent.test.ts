@@ -14,7 +14,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { IdempotencyErrorType, INVALID_PARAMS } from 'mcp-request-idempotency';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sleep } from '../demo/processes/bounds.js';
+import { exitedAndRead, sleep } from '../demo/processes/bounds.js';
 import { postModern } from '../demo/processes/launch.js';
 import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../demo/processes/redis-server.js';
 import { jsonRpcText, postRaw } from './support/hostile.js';
@@ -366,7 +366,7 @@ async function inspector(args: string[], home: string, toolError = false): Promi
     stderr += chunk.toString();
   });
   const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
-  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+  const code = await exitedAndRead(child);
   clearTimeout(timer);
   if (code !== 0 && !toolError) throw new Error(`inspector exited with ${code}: ${stderr}`);
   return JSON.parse(stdout);

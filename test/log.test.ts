@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { callTool } from 'mcp-request-idempotency/client';
 import { describe, expect, it, vi } from 'vitest';
 import { BatchedLines, DEFAULT_LOG_FLUSH_MS } from '../demo/hosting/log.js';
-import { waitUntil } from '../demo/processes/bounds.js';
+import { exitedAndRead, waitUntil } from '../demo/processes/bounds.js';
 import { connectToServer } from '../demo/processes/launch.js';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -85,7 +85,7 @@ describe('decision lines, batched', () => {
     child.stderr.on('data', (chunk: Buffer) => {
       stderr += chunk.toString('utf8');
     });
-    await new Promise((resolve) => child.once('exit', resolve));
+    await exitedAndRead(child);
     const events = stderr
       .trim()
       .split('\n')

@@ -5,6 +5,9 @@
 // and a second test run beside this one triples a start-up). Each bound is set here, once,
 // wide enough that only something broken reaches it.
 
+import type { ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+
 /** `npm install` or `npm pack`, from npm's cache or the registry, and a TypeScript compile. */
 export const INSTALL_TIMEOUT_MS = 300_000;
 
@@ -45,4 +48,27 @@ export async function waitUntil(
     if (performance.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
     await sleep(everyMs);
   }
+}
+
+/**
+ * A process's exit code (null when a signal ended it), once its output has been read to the end.
+ * Node's 'exit' may come before the last bytes of the process's pipes are read, so output read at
+ * 'exit' may lack its last lines. A pipe that a process the child left running still holds open
+ * is waited for at most WAIT_MS after the exit.
+ */
+export async function exitedAndRead(child: ChildProcess): Promise<number | null> {
+  const code =
+    child.exitCode !== null || child.signalCode !== null
+      ? child.exitCode
+      : ((await once(child, 'exit'))[0] as number | null);
+  const pipes = [child.stdout, child.stderr].flatMap((pipe) => (pipe && !pipe.closed ? [pipe] : []));
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([
+    Promise.all(pipes.map((pipe) => once(pipe, 'close'))),
+    new Promise((resolve) => {
+      timer = setTimeout(resolve, WAIT_MS);
+    }),
+  ]);
+  clearTimeout(timer);
+  return code;
 }

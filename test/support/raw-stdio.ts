@@ -6,10 +6,10 @@ import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { exitedAndRead, START_TIMEOUT_MS, WAIT_MS } from '../../demo/processes/bounds.js';
 import { type DecisionLine, decisionsIn, MODERN_ENVELOPE } from '../../demo/processes/launch.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const ANSWER_TIMEOUT_MS = 10_000;
 
 export interface RawAnswer {
   /** The line exactly as the server wrote it. */
@@ -23,6 +23,8 @@ export class RawStdioPeer {
   readonly stderrLines: string[] = [];
   private readonly waiting = new Map<string, (answer: RawAnswer) => void>();
   private nextId = 1;
+  /** Until the first answer the process may still be starting, which takes longest on a busy machine. */
+  private started = false;
 
   private constructor(
     private readonly child: ChildProcessWithoutNullStreams,
@@ -92,13 +94,12 @@ export class RawStdioPeer {
 
   /** Sends `line` verbatim (hand-written JSON) and waits for the answer with `id`. */
   requestLine(id: number | string, line: string): Promise<RawAnswer> {
+    const bound = this.started ? WAIT_MS : START_TIMEOUT_MS;
     const answer = new Promise<RawAnswer>((resolve, reject) => {
-      const timer = setTimeout(
-        () => reject(new Error(`no answer to id ${id} within ${ANSWER_TIMEOUT_MS} ms`)),
-        ANSWER_TIMEOUT_MS,
-      );
+      const timer = setTimeout(() => reject(new Error(`no answer to id ${id} within ${bound} ms`)), bound);
       this.waiting.set(JSON.stringify(id), (value) => {
         clearTimeout(timer);
+        this.started = true;
         resolve(value);
       });
     });
@@ -122,7 +123,7 @@ export class RawStdioPeer {
    */
   async disconnect(): Promise<number | null> {
     if (this.child.exitCode !== null) return this.child.exitCode;
-    const exited = new Promise<number | null>((resolve) => this.child.once('exit', resolve));
+    const exited = exitedAndRead(this.child);
     this.child.stdin.end();
     this.child.stdout.destroy();
     return exited;

@@ -8,7 +8,7 @@
 
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
-import { AGENT_RUN_TIMEOUT_MS } from '../../../demo/processes/bounds.js';
+import { AGENT_RUN_TIMEOUT_MS, exitedAndRead } from '../../../demo/processes/bounds.js';
 import { ROOT } from '../../../demo/processes/launch.js';
 
 /**
@@ -33,7 +33,7 @@ export async function runAgentProcess<Result>(
   child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString('utf8')));
   child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
   const timer = setTimeout(() => child.kill('SIGKILL'), AGENT_RUN_TIMEOUT_MS);
-  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+  const code = await exitedAndRead(child);
   clearTimeout(timer);
   const last = stdout.trim().split('\n').at(-1);
   if (code !== 0 || last === undefined) {
