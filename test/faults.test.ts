@@ -24,25 +24,21 @@ import {
   RedisIdempotencyStore,
   redisKeysOf,
 } from 'mcp-request-idempotency/redis';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { sleep, waitUntil } from '../demo/processes/bounds.js';
-import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../demo/processes/redis-server.js';
+import { uniqueKeyPrefix } from '../demo/processes/redis-server.js';
 import type { Ledger } from '../ledger.js';
+import { redisForFile } from './support/backends.js';
 import { postRaw } from './support/hostile.js';
 import { type HttpInstance, startHttpInstance } from './support/http.js';
 import { connectInProcess, type InProcessConnection } from './support/in-process.js';
 import { type Attempt, chargeEach, type Operation } from './support/keyed-stream.js';
 import { RawStdioPeer } from './support/raw-stdio.js';
 
-const redis = await startRedis();
-if (!redis) console.warn(REDIS_SKIP_REASON);
-else if (!redis.owned)
-  console.warn('Fault tests skipped: they kill Redis, so need a private redis-server, not REDIS_URL');
+const redis = await redisForFile(
+  'Fault tests skipped: they kill Redis, so need a private redis-server, not REDIS_URL',
+);
 const canKillRedis = redis?.owned === true;
-
-afterAll(async () => {
-  await redis?.stop();
-});
 
 function server() {
   if (!redis) throw new Error('unreachable: skipped without Redis');

@@ -24,8 +24,9 @@ import {
 import { SqliteIdempotencyStore } from 'mcp-request-idempotency/sqlite';
 import { afterAll, describe, expect, it } from 'vitest';
 import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../demo/processes/bounds.js';
-import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../demo/processes/postgres-server.js';
-import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../demo/processes/redis-server.js';
+import { uniqueTablePrefix } from '../demo/processes/postgres-server.js';
+import { uniqueKeyPrefix } from '../demo/processes/redis-server.js';
+import { postgresForFile, redisForFile } from './support/backends.js';
 import {
   CALLERS,
   type ModelSettings,
@@ -151,12 +152,7 @@ describe('the guard with the SQLite store, three instances on one file, agrees w
   );
 });
 
-const redis = await startRedis();
-if (!redis) console.warn(REDIS_SKIP_REASON);
-
-afterAll(async () => {
-  await redis?.stop();
-});
+const redis = await redisForFile();
 
 /**
  * The property for a store three instances share: random programs, each instance on its own
@@ -279,12 +275,7 @@ return 0`;
   },
 );
 
-const postgres = await startPostgres();
-if (!postgres) console.warn(POSTGRES_SKIP_REASON);
-
-afterAll(async () => {
-  await postgres?.stop();
-});
+const postgres = await postgresForFile();
 
 describe.skipIf(!postgres)(
   'the guard with the Postgres store, three instances, agrees with the reference model',

@@ -26,14 +26,10 @@ import {
   ERAS,
   type ServerConnection,
 } from '../demo/processes/launch.js';
-import {
-  POSTGRES_SKIP_REASON,
-  startPostgres,
-  type TestPostgres,
-  uniqueTablePrefix,
-} from '../demo/processes/postgres-server.js';
+import { type TestPostgres, uniqueTablePrefix } from '../demo/processes/postgres-server.js';
 import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
 import { connect, type Era, type Peer } from '../packages/checker/wire.js';
+import { postgresForFile } from './support/backends.js';
 import { postRaw } from './support/hostile.js';
 import { connectHttp, connectHttpClient, type HttpInstance, startHttpInstance } from './support/http.js';
 import { type Attempt, chargeEach, type Operation } from './support/keyed-stream.js';
@@ -41,10 +37,9 @@ import { describeSepCases, errorFrom, PEER_TIMEOUT_MS, textOf } from './support/
 import { connectStdio } from './support/stdio.js';
 import { describeTwoInstancesOn } from './support/two-instances.js';
 
-const postgres = await startPostgres();
-if (!postgres) console.warn(POSTGRES_SKIP_REASON);
-else if (!postgres.owned)
-  console.warn('Tests that kill or restart Postgres skipped: they need a private cluster, not DATABASE_URL');
+const postgres = await postgresForFile(
+  'Tests that kill or restart Postgres skipped: they need a private cluster, not DATABASE_URL',
+);
 const canRestart = postgres?.owned === true;
 
 /** Every prefix handed out, so a shared `DATABASE_URL` is left as it was found. */
@@ -52,7 +47,6 @@ const prefixes: string[] = [];
 
 afterAll(async () => {
   for (const prefix of prefixes) await postgres?.drop(prefix).catch(() => {});
-  await postgres?.stop();
 });
 
 function database(): TestPostgres {

@@ -29,15 +29,13 @@ import {
   type ProviderProcess,
   startProviderProcess,
 } from '../demo/processes/payment-provider.js';
-import { startRedis, uniqueKeyPrefix } from '../demo/processes/redis-server.js';
+import { uniqueKeyPrefix } from '../demo/processes/redis-server.js';
 import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
+import { redisForFile } from './support/backends.js';
 import { connectHttpClient, startHttpInstance } from './support/http.js';
 import { textOf } from './support/sep-cases.js';
 
-const redis = await startRedis();
-afterAll(async () => {
-  await redis?.stop();
-});
+const redis = await redisForFile();
 
 /** Short, so a retry after a killed instance waits a second, not the two-minute default. */
 const LEASE_MS = 1_000;
