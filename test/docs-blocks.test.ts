@@ -19,6 +19,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { START_TIMEOUT_MS, WAIT_MS } from '../demo/processes/bounds.js';
 import { freePort, type HttpInstance, ROOT, startHttpInstance } from '../demo/processes/launch.js';
+import { postMcp } from './support/hostile.js';
 
 const PAGES = [
   'README.md',
@@ -403,17 +404,8 @@ function answersAfter(block: Block, count: number): unknown[] {
 }
 
 async function send(url: URL, headers: Record<string, string>, body: unknown): Promise<unknown> {
-  const response = await fetch(url, {
-    method: 'POST',
-    // The documented call omits the two headers every request carries, shown once above it.
-    headers: {
-      'content-type': 'application/json',
-      accept: 'application/json, text/event-stream',
-      ...headers,
-    },
-    body: JSON.stringify(body),
-    signal: AbortSignal.timeout(WAIT_MS),
-  });
+  // The documented call omits the two headers every request carries, shown once above it.
+  const response = await postMcp(url, JSON.stringify(body), headers, WAIT_MS);
   const text = await response.text();
   return JSON.parse(
     text.startsWith('{') ? text : (text.split('\n').find((line) => line.startsWith('data: ')) ?? '').slice(6),

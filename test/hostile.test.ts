@@ -28,7 +28,7 @@ import {
   postRaw,
   rssMiB,
 } from './support/hostile.js';
-import { type HttpInstance, startHttpInstance } from './support/http.js';
+import { serveHttpForSuite } from './support/http.js';
 import { connectInProcess } from './support/in-process.js';
 import { type RawAnswer, RawStdioPeer } from './support/raw-stdio.js';
 
@@ -539,17 +539,10 @@ function safeParse(line: string): unknown {
 // --- HTTP ---
 
 describe('malformed and hostile input over HTTP, as raw POST bodies', () => {
-  let server: HttpInstance;
-
-  beforeAll(async () => {
-    server = await startHttpInstance();
-  });
-  afterAll(async () => {
-    await server?.stop();
-  });
+  const server = serveHttpForSuite();
 
   async function call(params: Record<string, unknown>): Promise<Record<string, unknown>> {
-    const { status, text } = await postRaw(server.url, toolCall(1, params));
+    const { status, text } = await postRaw(server().url, toolCall(1, params));
     expect(status).toBe(200);
     return parse(text);
   }
@@ -570,7 +563,7 @@ describe('malformed and hostile input over HTTP, as raw POST bodies', () => {
       '(%s) gets a status and a JSON-RPC answer that say what is wrong, and charges nothing',
       async (_, testCase) => {
         const { status, expected } = testCase.http;
-        const response = await postRaw(server.url, testCase.line());
+        const response = await postRaw(server().url, testCase.line());
         expect(response.status).toBe(status);
         if (status === 202) expect(response.text).toBe('');
         if (expected) expect(mismatch(expected, [parse(response.text)])).toBeUndefined();
@@ -581,9 +574,9 @@ describe('malformed and hostile input over HTTP, as raw POST bodies', () => {
   });
 
   it('refuses chunked uploads far over the limit with 413, without buffering them: three at once of 100 MB each', async () => {
-    const before = rssMiB(server.pid);
-    const results = await Promise.all([1, 2, 3].map(() => uploadChunked(server.url, 100 * MiB)));
-    const after = rssMiB(server.pid);
+    const before = rssMiB(server().pid);
+    const results = await Promise.all([1, 2, 3].map(() => uploadChunked(server().url, 100 * MiB)));
+    const after = rssMiB(server().pid);
     console.log(
       `HTTP server RSS: ${before.toFixed(1)} MiB before three 100 MB uploads, ${after.toFixed(1)} MiB after`,
     );
@@ -605,7 +598,7 @@ describe('malformed and hostile input over HTTP, as raw POST bodies', () => {
 
   async function checkHttpMutation(mutation: Mutation, tally: ChargeTally): Promise<string | undefined> {
     const due = owed(mutation.line);
-    const { status, text } = await postRaw(server.url, mutation.line);
+    const { status, text } = await postRaw(server().url, mutation.line);
     const got = `${status} ${text.slice(0, 300)}`;
     if (due.kind === 'nothing')
       return status === 202 && text === '' ? undefined : `expected 202 and no body, got ${got}`;
@@ -653,14 +646,14 @@ describe('malformed and hostile input over HTTP, as raw POST bodies', () => {
 
   it('holds its resident memory steady across passes of hostile input', async () => {
     const pass = async (round: number) => {
-      for (const testCase of CASES) await postRaw(server.url, testCase.line());
+      for (const testCase of CASES) await postRaw(server().url, testCase.line());
       const tally = new ChargeTally();
       tally.balance = Number(await balance());
       for (const mutation of fc.sample(mutations(40_000_000), { numRuns: 300, seed: SEED + round })) {
         await checkHttpMutation(mutation, tally);
       }
     };
-    const [baseline, after] = await rssFloors(server.pid, pass);
+    const [baseline, after] = await rssFloors(server().pid, pass);
     console.log(
       `HTTP server RSS floor: ${baseline.toFixed(1)} MiB over ${MEASURED_PASSES} passes after warming up, ${after.toFixed(1)} MiB over the next ${MEASURED_PASSES}`,
     );

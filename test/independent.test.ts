@@ -16,9 +16,10 @@ import { IdempotencyErrorType, INVALID_PARAMS } from 'mcp-request-idempotency';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sleep } from '../demo/processes/bounds.js';
 import { postModern } from '../demo/processes/launch.js';
-import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../demo/processes/redis-server.js';
+import { uniqueKeyPrefix } from '../demo/processes/redis-server.js';
+import { redisForFile } from './support/backends.js';
 import { jsonRpcText, postRaw } from './support/hostile.js';
-import { type HttpInstance, startHttpInstance } from './support/http.js';
+import { serveHttpForSuite, startHttpInstance } from './support/http.js';
 import { type RawAnswer, RawStdioPeer } from './support/raw-stdio.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -72,16 +73,10 @@ describe('hand-written 2026-07-28 requests over stdio, no initialize', () => {
 });
 
 describe('hand-written 2026-07-28 requests over HTTP (fetch), each on its own', () => {
-  let server: HttpInstance;
-  beforeAll(async () => {
-    server = await startHttpInstance();
-  });
-  afterAll(async () => {
-    await server?.stop();
-  });
+  const server = serveHttpForSuite();
 
   const send = async (id: number, method: string, params: Record<string, unknown>) => {
-    const response = await postModern(server.url, { id, method, params });
+    const response = await postModern(server().url, { id, method, params });
     return { status: response.status, text: await response.text() };
   };
 
@@ -98,7 +93,7 @@ describe('hand-written 2026-07-28 requests over HTTP (fetch), each on its own', 
     expect(first.status).toBe(200);
     expect(JSON.parse(first.text)).toMatchObject({ result: { structuredContent: { charged: 5 } } });
     expect(withoutId(retry.text)).toBe(withoutId(first.text));
-    const decisions = (await server.decisions()).filter((d) => d.idempotencyKey === params.idempotencyKey);
+    const decisions = (await server().decisions()).filter((d) => d.idempotencyKey === params.idempotencyKey);
     expect(decisions.map((d) => d.decision)).toStrictEqual(['executed', 'replayed']);
   });
 
@@ -261,24 +256,13 @@ async function initializeWith(protocolVersion: string): Promise<Record<string, u
 
 // --- HTTP, by hand ---
 
-const redis = await startRedis();
-if (!redis) console.warn(REDIS_SKIP_REASON);
-
-afterAll(async () => {
-  await redis?.stop();
-});
+const redis = await redisForFile();
 
 describe('hand-written HTTP requests (fetch), no MCP client at all', () => {
-  let server: HttpInstance;
-  beforeAll(async () => {
-    server = await startHttpInstance();
-  });
-  afterAll(async () => {
-    await server?.stop();
-  });
+  const server = serveHttpForSuite();
 
   it('gets the capability from an initialize POST, with no session id (stateless)', async () => {
-    const response = await fetch(server.url, {
+    const response = await fetch(server().url, {
       method: 'POST',
       headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
       body: JSON.stringify({
@@ -300,7 +284,7 @@ describe('hand-written HTTP requests (fetch), no MCP client at all', () => {
   });
 
   it('refuses a client that does not accept text/event-stream with 406, as the transport specification requires', async () => {
-    const response = await fetch(server.url, {
+    const response = await fetch(server().url, {
       method: 'POST',
       headers: { 'content-type': 'application/json', accept: 'application/json' },
       body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }),
@@ -375,13 +359,11 @@ async function inspector(args: string[], home: string, toolError = false): Promi
 describe.skipIf(!inspectorFound)('the MCP Inspector CLI, calls without a key', () => {
   const stdioServer = ['node', '--import', 'tsx', join(ROOT, 'server.ts')];
   let home: string;
-  let server: HttpInstance;
+  const server = serveHttpForSuite();
   beforeAll(async () => {
     home = await mkdtemp(join(tmpdir(), 'sep3182-inspector-'));
-    server = await startHttpInstance();
   });
   afterAll(async () => {
-    await server?.stop();
     if (home) await rm(home, { recursive: true, force: true });
   });
 
@@ -418,7 +400,7 @@ describe.skipIf(!inspectorFound)('the MCP Inspector CLI, calls without a key', (
 
   it('charges every time over stateless HTTP, exactly as before the SEP', async () => {
     const charge = [
-      server.url.href,
+      server().url.href,
       '--method',
       'tools/call',
       '--tool-name',
