@@ -131,6 +131,29 @@ async function postToolCall(url: URL, params: Record<string, unknown>): Promise<
   };
 }
 
+/**
+ * Retries the call every `everyMs` while it is answered in progress, for `withinMs` at the most:
+ * every answer, the last the one that was not in progress.
+ */
+async function retryWhileInProgress(
+  url: URL,
+  params: Record<string, unknown>,
+  withinMs: number,
+  everyMs: number,
+): Promise<WireAnswer[]> {
+  const answers: WireAnswer[] = [];
+  await waitUntil(
+    async () => {
+      const answer = await postToolCall(url, params);
+      answers.push(answer);
+      return answer.type !== IdempotencyErrorType.inProgress;
+    },
+    withinMs,
+    everyMs,
+  );
+  return answers;
+}
+
 const textOf = (answer: WireAnswer) => JSON.stringify(field(answer.body.result, 'content'));
 
 /**
@@ -299,6 +322,20 @@ describe.skipIf(!redis)('a server instance that dies, or is stopped, mid-charge'
   const LEASE_MS = 1_500;
   const CHARGE_MS = 1_000;
 
+  /**
+   * Sends the keyed charge to `url` and resolves once its record stands in Redis, the charge under
+   * way: the answer to come (undefined where the instance dies first) and the record's Redis key.
+   */
+  async function chargeUnderWay(url: URL, prefix: string, params: { idempotencyKey: string }) {
+    const lost = postToolCall(url, params).catch(() => undefined);
+    const [recordKey = ''] = redisKeysOf(`${prefix}idem:`, {
+      scope: LOCAL_SCOPE,
+      idempotencyKey: params.idempotencyKey,
+    });
+    await waitUntil(async () => (await server().admin.exists(recordKey)) === 1, 5_000, 5);
+    return { lost, recordKey };
+  }
+
   it('leaves the retry on another instance in progress until the lease expires, then executes it once', async () => {
     const prefix = uniqueKeyPrefix('faults-kill');
     const args = ['--store', 'redis', '--redis-url', server().url, '--redis-prefix', prefix];
@@ -313,24 +350,13 @@ describe.skipIf(!redis)('a server instance that dies, or is stopped, mid-charge'
     const key = randomUUID();
     const params = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: key };
     try {
-      const lost = postToolCall(a.url, params).catch(() => undefined);
-      const [recordKey] = redisKeysOf(`${prefix}idem:`, { scope: LOCAL_SCOPE, idempotencyKey: key });
-      await waitUntil(async () => (await server().admin.exists(recordKey)) === 1, 5_000, 5);
+      const { lost, recordKey } = await chargeUnderWay(a.url, prefix, params);
       const claimedAt = performance.now();
       const ttl = await server().admin.pTTL(recordKey);
       await a.kill();
       expect(await lost).toBeUndefined();
 
-      const answers: WireAnswer[] = [];
-      await waitUntil(
-        async () => {
-          const answer = await postToolCall(b.url, params);
-          answers.push(answer);
-          return answer.type !== IdempotencyErrorType.inProgress;
-        },
-        LEASE_MS + 5_000,
-        100,
-      );
+      const answers = await retryWhileInProgress(b.url, params, LEASE_MS + 5_000, 100);
       const last = answers.at(-1);
       if (!last) throw new Error('unreachable');
       const heldFor = last.at - claimedAt;
@@ -441,9 +467,7 @@ describe.skipIf(!redis)('a server instance that dies, or is stopped, mid-charge'
     const key = randomUUID();
     const params = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: key };
     try {
-      const lost = postToolCall(a.url, params).catch(() => undefined);
-      const [recordKey] = redisKeysOf(`${prefix}idem:`, { scope: LOCAL_SCOPE, idempotencyKey: key });
-      await waitUntil(async () => (await server().admin.exists(recordKey)) === 1, 5_000, 5);
+      const { lost } = await chargeUnderWay(a.url, prefix, params);
       const stopped = performance.now();
       await a.stop();
       await lost;
@@ -483,16 +507,7 @@ describe('a client that disconnects mid-call', () => {
       hangUp.abort();
       expect(await lost).toMatchObject({ name: 'AbortError' });
 
-      const answers: WireAnswer[] = [];
-      await waitUntil(
-        async () => {
-          const answer = await postToolCall(instance.url, params);
-          answers.push(answer);
-          return answer.type !== IdempotencyErrorType.inProgress;
-        },
-        CHARGE_MS + 5_000,
-        50,
-      );
+      const answers = await retryWhileInProgress(instance.url, params, CHARGE_MS + 5_000, 50);
       expect(answers.slice(0, -1).every((a) => a.type === IdempotencyErrorType.inProgress)).toBe(true);
       const last = answers.at(-1);
       if (!last) throw new Error('unreachable: waitUntil saw an answer');

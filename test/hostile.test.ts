@@ -72,6 +72,33 @@ afterAll(() => {
   console.log(`hostile input (seed ${SEED}): ${JSON.stringify(counts)}`);
 });
 
+/**
+ * Sends `runs` random mutations of valid requests (ids from `idBase` up), each held by `check` to
+ * what JSON-RPC owes it, and the balance to what the answers reported charging: every 200
+ * mutations and at the end. Adds what it sent and what it charged to the counts.
+ */
+async function sendMutations(run: {
+  idBase: number;
+  runs: number;
+  check: (mutation: Mutation, tally: ChargeTally) => Promise<string | undefined>;
+  balance: () => Promise<unknown>;
+  counted: 'stdioMutations' | 'httpMutations';
+}): Promise<void> {
+  const tally = new ChargeTally();
+  const sample = fc.sample(mutations(run.idBase), { numRuns: run.runs, seed: SEED });
+  for (const [index, mutation] of sample.entries()) {
+    const problem = await run.check(mutation, tally).catch((error: unknown) => String(error));
+    if (problem)
+      throw new Error(`mutation ${index} (seed ${SEED}): ${problem}\n  sent: ${describeMutation(mutation)}`);
+    if (index % 200 === 199)
+      expect(await run.balance(), `balance after mutation ${index}`).toBe(tally.balance);
+    counts[run.counted] += 1;
+  }
+  expect(await run.balance()).toBe(tally.balance);
+  counts.fresh += tally.fresh;
+  counts.replays += tally.replays;
+}
+
 type Id = string | number;
 
 function parse(line: string): Record<string, unknown> {
@@ -114,6 +141,17 @@ const PARSE = -32700;
 const PARAMS = -32602;
 /** The SDK's Node adapter answers an oversized body with this generic server error code. */
 const SERVER_ERROR = -32000;
+/** A body over 4 MiB, over HTTP: the SDK's Node adapter refuses it before any JSON-RPC is read. */
+const TOO_LARGE_OVER_HTTP: MalformedCase['http'] = {
+  status: 413,
+  expected: {
+    error: {
+      id: null,
+      code: SERVER_ERROR,
+      message: /^Payload Too Large: Request body must not exceed 4194304 bytes/,
+    },
+  },
+};
 const invalidKey = (id: Id, message: RegExp): Expected => ({
   error: { id, code: PARAMS, message, type: IdempotencyErrorType.invalid },
 });
@@ -235,16 +273,7 @@ const CASES: MalformedCase[] = [
         message: /Request too large: a message may be at most 4194304 bytes/,
       },
     },
-    http: {
-      status: 413,
-      expected: {
-        error: {
-          id: null,
-          code: SERVER_ERROR,
-          message: /^Payload Too Large: Request body must not exceed 4194304 bytes/,
-        },
-      },
-    },
+    http: TOO_LARGE_OVER_HTTP,
   },
   {
     name: 'arguments that are an array, under a key',
@@ -268,16 +297,7 @@ const CASES: MalformedCase[] = [
     name: 'arguments of 10 MB',
     line: () => keyed(123, randomUUID(), { amount: 1, memo: 'x'.repeat(10 * MiB) }),
     stdio: { error: { id: null, code: INVALID, message: /Request too large/ } },
-    http: {
-      status: 413,
-      expected: {
-        error: {
-          id: null,
-          code: SERVER_ERROR,
-          message: /^Payload Too Large: Request body must not exceed 4194304 bytes/,
-        },
-      },
-    },
+    http: TOO_LARGE_OVER_HTTP,
   },
   {
     name: 'arguments nested 100,000 deep, under a key',
@@ -459,20 +479,13 @@ describe('malformed and hostile input over stdio, as raw JSON-RPC lines', () => 
 
   it(`answers ${STDIO_MUTATIONS} random mutations of valid requests as JSON-RPC requires, charging exactly what it reports (seed ${SEED})`, async () => {
     await peer.request('tools/call', { name: 'reset_ledger', arguments: {} });
-    const tally = new ChargeTally();
-    const sample = fc.sample(mutations(10_000_000), { numRuns: STDIO_MUTATIONS, seed: SEED });
-    for (const [index, mutation] of sample.entries()) {
-      const problem = await checkStdioMutation(mutation, tally).catch((error: unknown) => String(error));
-      if (problem)
-        throw new Error(
-          `mutation ${index} (seed ${SEED}): ${problem}\n  sent: ${describeMutation(mutation)}`,
-        );
-      if (index % 200 === 199) expect(await balance(), `balance after mutation ${index}`).toBe(tally.balance);
-      counts.stdioMutations += 1;
-    }
-    expect(await balance()).toBe(tally.balance);
-    counts.fresh += tally.fresh;
-    counts.replays += tally.replays;
+    await sendMutations({
+      idBase: 10_000_000,
+      runs: STDIO_MUTATIONS,
+      check: checkStdioMutation,
+      balance,
+      counted: 'stdioMutations',
+    });
   }, 120_000);
 
   async function checkStdioMutation(mutation: Mutation, tally: ChargeTally): Promise<string | undefined> {
@@ -628,20 +641,13 @@ describe('malformed and hostile input over HTTP, as raw POST bodies', () => {
 
   it(`answers ${HTTP_MUTATIONS} random mutations of valid requests as JSON-RPC requires, charging exactly what it reports (seed ${SEED})`, async () => {
     await call({ name: 'reset_ledger', arguments: {} });
-    const tally = new ChargeTally();
-    const sample = fc.sample(mutations(30_000_000), { numRuns: HTTP_MUTATIONS, seed: SEED });
-    for (const [index, mutation] of sample.entries()) {
-      const problem = await checkHttpMutation(mutation, tally).catch((error: unknown) => String(error));
-      if (problem)
-        throw new Error(
-          `mutation ${index} (seed ${SEED}): ${problem}\n  sent: ${describeMutation(mutation)}`,
-        );
-      if (index % 200 === 199) expect(await balance(), `balance after mutation ${index}`).toBe(tally.balance);
-      counts.httpMutations += 1;
-    }
-    expect(await balance()).toBe(tally.balance);
-    counts.fresh += tally.fresh;
-    counts.replays += tally.replays;
+    await sendMutations({
+      idBase: 30_000_000,
+      runs: HTTP_MUTATIONS,
+      check: checkHttpMutation,
+      balance,
+      counted: 'httpMutations',
+    });
   }, 120_000);
 
   it('holds its resident memory steady across passes of hostile input', async () => {

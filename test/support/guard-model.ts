@@ -518,6 +518,18 @@ export interface RealSystemOptions {
   close(): Promise<void>;
 }
 
+/** `storeFor` where each caller's server has a store of its own (its own connection or file handle). */
+export function storeOfEach(stores: readonly IdempotencyStore[]): (caller: number) => IdempotencyStore {
+  return (caller) => {
+    const store = stores[caller];
+    if (!store) throw new Error(`no store for caller ${caller}`);
+    return store;
+  };
+}
+
+/** The timing of a store across a connection: each answer takes a real round trip or two. */
+export const CONNECTED_STORE_TIMING = { settleMs: 2, deadlineMs: 2_000 } as const;
+
 export async function startRealSystem(options: RealSystemOptions): Promise<RealSystem> {
   const ledger = new GatedLedger();
   const connections: InProcessConnection[] = [];
