@@ -30,11 +30,11 @@ import {
 } from './support/hostile.js';
 import { serveHttpForSuite } from './support/http.js';
 import { connectInProcess } from './support/in-process.js';
+import { longRunScaled } from './support/long-runs.js';
 import { type RawAnswer, RawStdioPeer } from './support/raw-stdio.js';
 
-const LONG = process.env.SEP3182_LONG === '1';
-const STDIO_MUTATIONS = LONG ? 20_000 : 2_000;
-const HTTP_MUTATIONS = LONG ? 10_000 : 1_000;
+const STDIO_MUTATIONS = longRunScaled(2_000);
+const HTTP_MUTATIONS = longRunScaled(1_000);
 const SEED = Number(process.env.SEP3182_SEED ?? Math.floor(Math.random() * 2 ** 31));
 /**
  * The floor of resident memory (its lowest reading over a run of passes) may rise this much

@@ -39,12 +39,12 @@ import {
   tally,
 } from './support/guard-model.js';
 import { ManualClock } from './support/in-process.js';
+import { longRunScaled } from './support/long-runs.js';
 
-const LONG = process.env.SEP3182_LONG === '1';
-const MEMORY_RUNS = LONG ? 2_000 : 200;
-const REDIS_RUNS = LONG ? 250 : 25;
-const POSTGRES_RUNS = LONG ? 250 : 25;
-const SQLITE_RUNS = LONG ? 500 : 50;
+const MEMORY_RUNS = longRunScaled(200);
+const REDIS_RUNS = longRunScaled(25);
+const POSTGRES_RUNS = longRunScaled(25);
+const SQLITE_RUNS = longRunScaled(50);
 const MAX_COMMANDS = 30;
 
 /** Counted so the report can say how many programs and steps ran. */
@@ -96,7 +96,7 @@ describe('the guard with the memory store agrees with the reference model', () =
       report('memory store', before);
       expect(ran.memoryPrograms).toBeGreaterThanOrEqual(MEMORY_RUNS);
     },
-    LONG ? 600_000 : 60_000,
+    longRunScaled(60_000),
   );
 });
 
@@ -205,7 +205,7 @@ function itAgreesWithTheModel(
       report(label, before);
       expect(ran[counter]).toBeGreaterThanOrEqual(numRuns);
     },
-    LONG ? 600_000 : 60_000,
+    longRunScaled(60_000),
   );
 }
 
