@@ -32,8 +32,9 @@ import { redisForFile } from './support/backends.js';
 import { postRaw } from './support/hostile.js';
 import { type HttpInstance, startHttpInstance } from './support/http.js';
 import { connectInProcess, type InProcessConnection } from './support/in-process.js';
-import { type Attempt, chargeEach, type Operation } from './support/keyed-stream.js';
+import { streamCharges } from './support/keyed-stream.js';
 import { RawStdioPeer } from './support/raw-stdio.js';
+import { neverRenewing } from './support/store-fixtures.js';
 
 const redis = await redisForFile(
   'Fault tests skipped: they kill Redis, so need a private redis-server, not REDIS_URL',
@@ -193,18 +194,11 @@ describe.skipIf(!canKillRedis)('Redis killed and restarted during a stream of ke
     }
     const OPERATIONS = 60;
     const WORKERS = 4;
-    const operations: Operation[] = Array.from({ length: OPERATIONS }, (_, i) => ({
-      amount: i + 1,
-      idempotencyKey: randomUUID(),
-    }));
-    const attempts: Attempt[] = [];
-    const queue = [...operations];
-    const done = () => attempts.filter((a) => a.outcome === 'charged').length;
 
     try {
       const callers = instances.map((i) => i.client);
-      const workers = Array.from({ length: WORKERS }, (_, w) => chargeEach(queue, callers, w, attempts));
-      await waitUntil(async () => done() >= OPERATIONS / 4, 20_000);
+      const { operations, attempts, charged, finished } = streamCharges(OPERATIONS, callers, WORKERS);
+      await waitUntil(async () => charged() >= OPERATIONS / 4, 20_000);
       await server().kill();
       const killedAt = performance.now();
       const chargesAtKill = ledger.commits.length;
@@ -212,12 +206,7 @@ describe.skipIf(!canKillRedis)('Redis killed and restarted during a stream of ke
       const restartedAt = performance.now();
       const chargesWhileDown = ledger.commits.length - chargesAtKill;
       await server().restart();
-      await Promise.race([
-        Promise.all(workers),
-        sleep(30_000).then(() => {
-          throw new Error(`stream did not finish: ${done()} of ${OPERATIONS} answered`);
-        }),
-      ]);
+      await finished(30_000);
 
       // Fail closed, at once: every call sent while Redis was down was refused, within the 1 s
       // command bound, with a code and a type that say "nothing happened, retry later".
@@ -419,14 +408,7 @@ describe.skipIf(!redis)('a server instance that dies, or is stopped, mid-charge'
     // stalled and came back would send it.
     const storeA = new RedisIdempotencyStore(clientA, { keyPrefix: prefix });
     const a = await connectInProcess({
-      store: {
-        claim: (id, fingerprint, leaseMs) => storeA.claim(id, fingerprint, leaseMs),
-        complete: (ticket, response, retentionMs) => storeA.complete(ticket, response, retentionMs),
-        awaitInput: (ticket, response, retentionMs) => storeA.awaitInput(ticket, response, retentionMs),
-        release: (ticket) => storeA.release(ticket),
-        renew: () => Promise.resolve(false),
-        clear: () => storeA.clear(),
-      },
+      store: neverRenewing(storeA, false),
       ledger: dying,
       leaseMs: LEASE,
     });

@@ -32,7 +32,7 @@ import { connect, type Era, type Peer } from '../packages/checker/wire.js';
 import { postgresForFile } from './support/backends.js';
 import { postRaw } from './support/hostile.js';
 import { connectHttp, connectHttpClient, type HttpInstance, startHttpInstance } from './support/http.js';
-import { type Attempt, chargeEach, type Operation } from './support/keyed-stream.js';
+import { streamCharges } from './support/keyed-stream.js';
 import { describeSepCases, errorFrom, PEER_TIMEOUT_MS, textOf } from './support/sep-cases.js';
 import { connectStdio } from './support/stdio.js';
 import { describeTwoInstancesOn } from './support/two-instances.js';
@@ -279,27 +279,15 @@ describe.skipIf(!canRestart)('Postgres killed and restarted during a stream of k
     const clients = await Promise.all(instances.map((instance) => connectHttpClient(instance.url)));
     const OPERATIONS = 40;
     const WORKERS = 3;
-    const operations: Operation[] = Array.from({ length: OPERATIONS }, (_, i) => ({
-      amount: i + 1,
-      idempotencyKey: randomUUID(),
-    }));
-    const attempts: Attempt[] = [];
-    const queue = [...operations];
-    const charged = () => attempts.filter((a) => a.outcome === 'charged').length;
     try {
-      const workers = Array.from({ length: WORKERS }, (_, w) => chargeEach(queue, clients, w, attempts));
+      const { operations, attempts, charged, finished } = streamCharges(OPERATIONS, clients, WORKERS);
       await waitUntil(async () => charged() >= OPERATIONS / 4, 20_000);
       await database().kill();
       const killedAt = performance.now();
       await sleep(1_500);
       const restartedAt = performance.now();
       await database().restart();
-      await Promise.race([
-        Promise.all(workers),
-        sleep(30_000).then(() => {
-          throw new Error(`the stream did not finish: ${charged()} of ${OPERATIONS} answered`);
-        }),
-      ]);
+      await finished(30_000);
 
       // Fail closed, at once: every call sent while Postgres was down was refused, with the code
       // and type that say "nothing happened, retry later with the same key".
