@@ -32,6 +32,9 @@ function field(value: unknown, name: string): unknown {
 /** The answer line with its id blanked, so two answers can be compared byte for byte. */
 const withoutId = (line: string) => line.replace(/"id":("[^"]*"|\d+)/, '"id":_');
 
+/** The names of the demo's five tools, sorted. */
+const DEMO_TOOLS = ['charge_guarded', 'charge_unguarded', 'get_balance', 'refund_order', 'reset_ledger'];
+
 // --- 2026-07-28, by hand: server/discover and a keyed call, with the envelope and headers ---
 
 const CAPABILITY = { tools: { idempotency: {} } };
@@ -152,13 +155,9 @@ describe('hand-written JSON-RPC over stdio, from the first byte', () => {
   it('lists the tools with a JSON Schema for each one’s arguments', async () => {
     const { message } = await peer.request('tools/list', {});
     const tools = field(message.result, 'tools');
-    expect(Array.isArray(tools) ? tools.map((t) => field(t, 'name')).sort() : tools).toStrictEqual([
-      'charge_guarded',
-      'charge_unguarded',
-      'get_balance',
-      'refund_order',
-      'reset_ledger',
-    ]);
+    expect(Array.isArray(tools) ? tools.map((t) => field(t, 'name')).sort() : tools).toStrictEqual(
+      DEMO_TOOLS,
+    );
     const charge = Array.isArray(tools)
       ? tools.find((t) => field(t, 'name') === 'charge_guarded')
       : undefined;
@@ -358,6 +357,15 @@ async function inspector(args: string[], home: string, toolError = false): Promi
 
 describe.skipIf(!inspectorFound)('the MCP Inspector CLI, calls without a key', () => {
   const stdioServer = ['node', '--import', 'tsx', join(ROOT, 'server.ts')];
+  /** The Inspector's arguments for a charge of 100 through the tool without the guard. */
+  const UNGUARDED_CHARGE = [
+    '--method',
+    'tools/call',
+    '--tool-name',
+    'charge_unguarded',
+    '--tool-arg',
+    'amount=100',
+  ];
   let home: string;
   const server = serveHttpForSuite();
   beforeAll(async () => {
@@ -370,28 +378,13 @@ describe.skipIf(!inspectorFound)('the MCP Inspector CLI, calls without a key', (
   it('lists the five tools over stdio', async () => {
     const listed = await inspector([...stdioServer, '--method', 'tools/list'], home);
     const tools = field(listed, 'tools');
-    expect(Array.isArray(tools) ? tools.map((t) => field(t, 'name')).sort() : tools).toStrictEqual([
-      'charge_guarded',
-      'charge_unguarded',
-      'get_balance',
-      'refund_order',
-      'reset_ledger',
-    ]);
+    expect(Array.isArray(tools) ? tools.map((t) => field(t, 'name')).sort() : tools).toStrictEqual(
+      DEMO_TOOLS,
+    );
   });
 
   it('charges over stdio and reads the structured result', async () => {
-    const result = await inspector(
-      [
-        ...stdioServer,
-        '--method',
-        'tools/call',
-        '--tool-name',
-        'charge_unguarded',
-        '--tool-arg',
-        'amount=100',
-      ],
-      home,
-    );
+    const result = await inspector([...stdioServer, ...UNGUARDED_CHARGE], home);
     expect(result).toStrictEqual({
       content: [{ type: 'text', text: 'Charged 100. New balance: 100' }],
       structuredContent: { charged: 100, balance: 100 },
@@ -399,15 +392,7 @@ describe.skipIf(!inspectorFound)('the MCP Inspector CLI, calls without a key', (
   });
 
   it('charges every time over stateless HTTP, exactly as before the SEP', async () => {
-    const charge = [
-      server().url.href,
-      '--method',
-      'tools/call',
-      '--tool-name',
-      'charge_unguarded',
-      '--tool-arg',
-      'amount=100',
-    ];
+    const charge = [server().url.href, ...UNGUARDED_CHARGE];
     const first = await inspector(charge, home);
     const second = await inspector(charge, home);
     expect(field(first, 'structuredContent')).toStrictEqual({ charged: 100, balance: 100 });
