@@ -786,11 +786,18 @@ class Release implements Command {
   }
 }
 
-class Advance implements Command {
-  constructor(readonly ms: number) {}
-
+/** A command possible in any state: time passing, the wall clock stepping, a reset. */
+abstract class AnyTime implements Command {
   check(): boolean {
     return true;
+  }
+
+  abstract run(model: GuardModel, real: RealSystem): Promise<void>;
+}
+
+class Advance extends AnyTime {
+  constructor(readonly ms: number) {
+    super();
   }
 
   async run(model: GuardModel, real: RealSystem): Promise<void> {
@@ -800,16 +807,14 @@ class Advance implements Command {
     await checkInvariants(model, real);
   }
 
-  toString(): string {
+  override toString(): string {
     return `${this.ms} ms pass`;
   }
 }
 
-class StepWallClock implements Command {
-  constructor(readonly ms: number) {}
-
-  check(): boolean {
-    return true;
+class StepWallClock extends AnyTime {
+  constructor(readonly ms: number) {
+    super();
   }
 
   async run(model: GuardModel, real: RealSystem): Promise<void> {
@@ -822,16 +827,14 @@ class StepWallClock implements Command {
     await checkInvariants(model, real);
   }
 
-  toString(): string {
+  override toString(): string {
     return `the wall clock steps ${this.ms} ms forward, and no time passes`;
   }
 }
 
-class Reset implements Command {
-  constructor(readonly caller: number) {}
-
-  check(): boolean {
-    return true;
+class Reset extends AnyTime {
+  constructor(readonly caller: number) {
+    super();
   }
 
   async run(model: GuardModel, real: RealSystem): Promise<void> {
@@ -842,7 +845,7 @@ class Reset implements Command {
     await checkInvariants(model, real);
   }
 
-  toString(): string {
+  override toString(): string {
     return `${CALLERS[this.caller]?.name} calls reset_ledger`;
   }
 }
