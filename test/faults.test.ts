@@ -34,6 +34,7 @@ import { type HttpInstance, startHttpInstance } from './support/http.js';
 import { connectInProcess, type InProcessConnection } from './support/in-process.js';
 import { streamCharges } from './support/keyed-stream.js';
 import { RawStdioPeer } from './support/raw-stdio.js';
+import { untilAnswered } from './support/retry.js';
 import { neverRenewing } from './support/store-fixtures.js';
 
 const redis = await redisForFile(
@@ -155,6 +156,9 @@ async function retryWhileInProgress(
   return answers;
 }
 
+/** The answer "the store is unavailable: nothing happened, retry later with the same key". */
+const storeUnavailable = (answer: WireAnswer) => answer.type === IdempotencyErrorType.storeUnavailable;
+
 const textOf = (answer: WireAnswer) => JSON.stringify(field(answer.body.result, 'content'));
 
 /**
@@ -274,22 +278,11 @@ describe.skipIf(!canKillRedis)('Redis killed and restarted during a stream of ke
       });
 
       // Back: the retry on the other instance executes, once; the one after it is a replay.
-      let first: WireAnswer | undefined;
-      await waitUntil(async () => {
-        const answer = await postToolCall(b.url, params);
-        if (answer.type !== IdempotencyErrorType.storeUnavailable) first = answer;
-        return first !== undefined;
-      }, 10_000);
-      if (!first) throw new Error('unreachable');
+      const first = await untilAnswered(() => postToolCall(b.url, params), storeUnavailable, 10_000);
       expect(field(first.body.result, 'structuredContent')).toStrictEqual({ charged: 100, balance: 100 });
       // A reconnects on its own schedule; until then it too fails closed. Then it replays.
-      let replay: WireAnswer | undefined;
-      await waitUntil(async () => {
-        const answer = await postToolCall(a.url, params);
-        if (answer.type !== IdempotencyErrorType.storeUnavailable) replay = answer;
-        return replay !== undefined;
-      }, 10_000);
-      expect(replay?.text).toBe(first.text);
+      const replay = await untilAnswered(() => postToolCall(a.url, params), storeUnavailable, 10_000);
+      expect(replay.text).toBe(first.text);
       const balance = await postToolCall(b.url, { name: 'get_balance', arguments: {} });
       expect(field(balance.body.result, 'structuredContent')).toStrictEqual({ balance: 100 });
       const decided = [

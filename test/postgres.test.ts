@@ -33,6 +33,7 @@ import { postgresForFile } from './support/backends.js';
 import { postRaw } from './support/hostile.js';
 import { connectHttp, connectHttpClient, type HttpInstance, startHttpInstance } from './support/http.js';
 import { streamCharges } from './support/keyed-stream.js';
+import { untilAnswered } from './support/retry.js';
 import { describeSepCases, errorFrom, PEER_TIMEOUT_MS, textOf } from './support/sep-cases.js';
 import { connectStdio } from './support/stdio.js';
 import { describeTwoInstancesOn } from './support/two-instances.js';
@@ -353,12 +354,11 @@ describe.skipIf(!canRestart)('Postgres killed and restarted during a stream of k
       });
 
       // Back: the server reconnects on its own; the same key then executes, once, and replays.
-      let first: WireAnswer | undefined;
-      await waitUntil(async () => {
-        const answer = await postToolCall(server.url, params);
-        if (answer.type !== IdempotencyErrorType.storeUnavailable) first = answer;
-        return first !== undefined;
-      }, 10_000);
+      const first = await untilAnswered(
+        () => postToolCall(server.url, params),
+        (answer) => answer.type === IdempotencyErrorType.storeUnavailable,
+        10_000,
+      );
       expect(first?.result?.structuredContent).toStrictEqual({ charged: 100, balance: 100 });
       const replay = await postToolCall(server.url, params);
       expect(replay.text).toBe(first?.text);
@@ -707,13 +707,13 @@ describe.skipIf(!postgres)('records kept across restarts, over stdio', () => {
       await database().restart();
 
       // The same process: it fails closed until its store has reconnected, then replays.
-      let again: Awaited<ReturnType<Peer['request']>> | undefined;
-      await waitUntil(async () => {
-        const answer = await running.request('tools/call', call(key), 'charge_guarded');
-        const type = field(field(field(answer.message, 'error'), 'data'), 'type');
-        if (type !== IdempotencyErrorType.storeUnavailable) again = answer;
-        return again !== undefined;
-      }, 10_000);
+      const again = await untilAnswered(
+        () => running.request('tools/call', call(key), 'charge_guarded'),
+        (answer) =>
+          field(field(field(answer.message, 'error'), 'data'), 'type') ===
+          IdempotencyErrorType.storeUnavailable,
+        10_000,
+      );
       expect(again?.message.result).toStrictEqual(first.message.result);
 
       const fresh = await open(args, era);
