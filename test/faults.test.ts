@@ -47,6 +47,12 @@ function server() {
   return redis;
 }
 
+/** A key prefix of the test's own, and the arguments that start a server on it in this file's Redis. */
+function onRedis(name: string): { prefix: string; args: string[] } {
+  const prefix = uniqueKeyPrefix(name);
+  return { prefix, args: ['--store', 'redis', '--redis-url', server().url, '--redis-prefix', prefix] };
+}
+
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 
 /**
@@ -252,11 +258,8 @@ describe.skipIf(!canKillRedis)('Redis killed and restarted during a stream of ke
   }, 60_000);
 
   it('answers a keyed call over HTTP with idempotency_store_unavailable and charges nothing, then serves the same key once Redis is back', async () => {
-    const prefix = uniqueKeyPrefix('faults-http');
-    const args = [
-      ...['--store', 'redis', '--redis-url', server().url, '--redis-prefix', prefix],
-      ...['--in-progress-lease-ms', String(RESTART_LEASE_MS)],
-    ];
+    const { prefix, args: onIt } = onRedis('faults-http');
+    const args = [...onIt, '--in-progress-lease-ms', String(RESTART_LEASE_MS)];
     const [a, b] = await Promise.all([startHttpInstance(args), startHttpInstance(args)]);
     const key = randomUUID();
     const params = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: key };
@@ -319,8 +322,7 @@ describe.skipIf(!redis)('a server instance that dies, or is stopped, mid-charge'
   }
 
   it('leaves the retry on another instance in progress until the lease expires, then executes it once', async () => {
-    const prefix = uniqueKeyPrefix('faults-kill');
-    const args = ['--store', 'redis', '--redis-url', server().url, '--redis-prefix', prefix];
+    const { prefix, args } = onRedis('faults-kill');
     const a = await startHttpInstance([
       ...args,
       '--charge-latency-ms',
@@ -435,8 +437,7 @@ describe.skipIf(!redis)('a server instance that dies, or is stopped, mid-charge'
   });
 
   it('stopped with SIGTERM mid-charge, finishes and records the charge first: the retry elsewhere is a replay, not a wait for the lease', async () => {
-    const prefix = uniqueKeyPrefix('faults-term');
-    const args = ['--store', 'redis', '--redis-url', server().url, '--redis-prefix', prefix];
+    const { prefix, args } = onRedis('faults-term');
     const a = await startHttpInstance([...args, '--charge-latency-ms', String(CHARGE_MS)]);
     const b = await startHttpInstance(args);
     const key = randomUUID();
@@ -526,8 +527,7 @@ describe('a client that disconnects mid-call', () => {
   it.skipIf(!redis)(
     'over stdio with a shared Redis store: the charge completes once and the retry, from a new process, gets its response',
     async () => {
-      const prefix = uniqueKeyPrefix('faults-stdio');
-      const args = ['--store', 'redis', '--redis-url', server().url, '--redis-prefix', prefix];
+      const { prefix, args } = onRedis('faults-stdio');
       const key = randomUUID();
       const line = JSON.stringify({
         jsonrpc: '2.0',
@@ -589,8 +589,7 @@ describe('a client that disconnects mid-call', () => {
     async () => {
       // Regression test: the input ended while the claim was on its way to Redis; the process
       // exited without executing, and the key stayed in progress for the two-minute lease.
-      const prefix = uniqueKeyPrefix('faults-pipe');
-      const args = ['--store', 'redis', '--redis-url', server().url, '--redis-prefix', prefix];
+      const { prefix, args } = onRedis('faults-pipe');
       const call = JSON.stringify({
         jsonrpc: '2.0',
         id: 1,
