@@ -14,17 +14,8 @@ import { CHARGE_LIMIT, MemoryLedger } from '../ledger.js';
 import { withScenarios } from './conformance/harness/hooks.mjs';
 import { type CheckerRun, ROOT, runChecker, startFixtureHttp } from './fixtures/checker/harness.js';
 import { startBareHttpServer } from './support/http.js';
-import { findNode24, INSTALL_TIMEOUT_MS } from './support/node24.js';
+import { CONFORMANCE_2026_CLI, findNode24, INSTALL_TIMEOUT_MS } from './support/node24.js';
 
-const SUITE = join(
-  ROOT,
-  'test',
-  'interop',
-  'node_modules',
-  '@modelcontextprotocol',
-  'conformance-2026',
-  'dist/index.js',
-);
 const HARNESS = join(ROOT, 'test', 'conformance', 'harness', 'register.mjs');
 const SEP_YAML = join(ROOT, 'test', 'conformance', 'src', 'seps', 'sep-3182.yaml');
 const SCENARIO = 'tools-call-idempotency';
@@ -88,7 +79,7 @@ interface SuiteRun {
 async function runScenario(node: string, url: URL, fixture: object): Promise<SuiteRun> {
   const out = await mkdtemp(join(tmpdir(), 'sep3182-conformance-sep-'));
   try {
-    const args = ['--import', 'tsx', '--import', HARNESS, SUITE, 'server'];
+    const args = ['--import', 'tsx', '--import', HARNESS, CONFORMANCE_2026_CLI, 'server'];
     args.push('--url', url.href, '--scenario', SCENARIO, '-o', out);
     const env = { ...process.env, MCP_CONFORMANCE_SEP_3182_FIXTURE: JSON.stringify(fixture) };
     const { code, stderr } = await new Promise<{
@@ -278,7 +269,7 @@ describe('SEP-3182 scenarios through the conformance suite’s own runner', () =
 
 describe('the harness that registers the scenario in the published runner', () => {
   test('finds each piece of the bundle it needs once, and stops naming the piece that moved', async () => {
-    const bundle = await readFile(SUITE, 'utf8');
+    const bundle = await readFile(CONFORMANCE_2026_CLI, 'utf8');
     const patched = withScenarios(bundle);
     expect(patched).toContain('import{IdempotencyScenario as __Sep3182Scenario}');
     expect(patched).toMatch(

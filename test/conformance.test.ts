@@ -9,10 +9,10 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { type HttpInstance, startHttpInstance } from './support/http.js';
-import { findNode24, INSTALL_TIMEOUT_MS } from './support/node24.js';
+import { serveHttpForSuite } from './support/http.js';
+import { CONFORMANCE_2026_CLI, findNode24, INSTALL_TIMEOUT_MS } from './support/node24.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const CLI = join(
@@ -30,18 +30,12 @@ const run = promisify(execFile);
 const SCENARIOS = ['server-initialize', 'ping', 'tools-list', 'dns-rebinding-protection'];
 
 describe('the MCP conformance suite against stateless HTTP', () => {
-  let server: HttpInstance;
-  beforeAll(async () => {
-    server = await startHttpInstance();
-  });
-  afterAll(async () => {
-    await server.stop();
-  });
+  const server = serveHttpForSuite();
 
   it.each(SCENARIOS)('passes %s', async (scenario) => {
     const { stdout } = await run(
       process.execPath,
-      [CLI, 'server', '--url', server.url.href, '--scenario', scenario],
+      [CLI, 'server', '--url', server().url.href, '--scenario', scenario],
       {
         cwd: ROOT,
         timeout: 60_000,
@@ -52,17 +46,6 @@ describe('the MCP conformance suite against stateless HTTP', () => {
 });
 
 // --- The 2026-07-28 server scenarios ---
-
-const CLI_2026 = join(
-  ROOT,
-  'test',
-  'interop',
-  'node_modules',
-  '@modelcontextprotocol',
-  'conformance-2026',
-  'dist',
-  'index.js',
-);
 
 /** The suite's own bound on one scenario; the slowest here, server-stateless, takes about 3 s. */
 const SCENARIO_TIMEOUT_MS = 30_000;
@@ -139,7 +122,7 @@ async function runScenario(node: string, url: URL, scenario: string): Promise<Ch
   const out = await mkdtemp(join(tmpdir(), 'sep3182-conformance-'));
   try {
     const args = [
-      CLI_2026,
+      CONFORMANCE_2026_CLI,
       'server',
       ...['--url', url.href, '--scenario', scenario, '--spec-version', '2026-07-28'],
       ...['--timeout', String(SCENARIO_TIMEOUT_MS), '-o', out],
@@ -163,22 +146,18 @@ async function runScenario(node: string, url: URL, scenario: string): Promise<Ch
 const describeCheck = (check: Check) => `${check.status} ${check.id}: ${check.errorMessage ?? ''}`;
 
 describe('the MCP conformance suite, 2026-07-28 server scenarios, against stateless HTTP', () => {
+  const server = serveHttpForSuite();
   let node: string;
-  let server: HttpInstance;
   // The first run on Node 20 installs Node 24 into .cache: the hook waits as long as that may take.
   beforeAll(async () => {
-    server = await startHttpInstance();
     node = await findNode24();
   }, INSTALL_TIMEOUT_MS + 30_000);
-  afterAll(async () => {
-    await server.stop();
-  });
 
   for (const { name, passes, notApplicable } of SCENARIOS_2026) {
     it(
       `passes every check of ${name} that applies to this demo`,
       async () => {
-        const checks = await runScenario(node, server.url, name);
+        const checks = await runScenario(node, server().url, name);
         const excused = (check: Check) => Object.hasOwn(notApplicable, check.id);
         const passed = checks.filter((check) => check.status === 'SUCCESS');
         const failed = checks.filter((check) => check.status === 'FAILURE');

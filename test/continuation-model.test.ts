@@ -39,13 +39,13 @@ import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../demo/
 import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../demo/processes/redis-server.js';
 import { MemoryLedger } from '../ledger.js';
 import { connectInProcess } from './support/in-process.js';
+import { longRunScaled } from './support/long-runs.js';
 import { type Answer, round } from './support/rounds.js';
 
-const LONG = process.env.SEP3182_LONG === '1';
-const MEMORY_RUNS = LONG ? 3_000 : 300;
-const REDIS_RUNS = LONG ? 500 : 50;
-const POSTGRES_RUNS = LONG ? 500 : 50;
-const SQLITE_RUNS = LONG ? 500 : 50;
+const MEMORY_RUNS = longRunScaled(300);
+const REDIS_RUNS = longRunScaled(50);
+const POSTGRES_RUNS = longRunScaled(50);
+const SQLITE_RUNS = longRunScaled(50);
 const MAX_COMMANDS = 25;
 /** A refund's own time; two continuations sent together are held apart by `HeldLedger` instead. */
 const REFUND_LATENCY_MS = 20;
@@ -404,6 +404,20 @@ describe('continuations under a key agree with the model of the rules', () => {
   }, 300_000);
 });
 
+/**
+ * `runs` random programs on one store (a Postgres table, a SQLite file): each starts from no
+ * records, as each Redis one does from its own prefix.
+ */
+async function runProgramsOnOneStore(store: IdempotencyStore, runs: number): Promise<void> {
+  await fc.assert(
+    fc.asyncProperty(programs(), async (commands) => {
+      await store.clear();
+      await runProgram(store, commands);
+    }),
+    { numRuns: runs },
+  );
+}
+
 describe('continuations under a key agree with the model of the rules, in Postgres', () => {
   let postgres: Awaited<ReturnType<typeof startPostgres>>;
   let postgresStore: PostgresIdempotencyStore | undefined;
@@ -422,14 +436,7 @@ describe('continuations under a key agree with the model of the rules, in Postgr
       statementTimeoutMs: POSTGRES_STATEMENT_TIMEOUT_MS,
     });
     postgresStore = store;
-    await fc.assert(
-      fc.asyncProperty(programs(), async (commands) => {
-        // One table for every program: each starts from no records, as each Redis one from its own prefix.
-        await store.clear();
-        await runProgram(store, commands);
-      }),
-      { numRuns: POSTGRES_RUNS },
-    );
+    await runProgramsOnOneStore(store, POSTGRES_RUNS);
   }, 300_000);
 });
 
@@ -444,13 +451,6 @@ describe('continuations under a key agree with the model of the rules, in a SQLi
   it(`with the SQLite store, over ${SQLITE_RUNS} random programs`, async () => {
     const store = await SqliteIdempotencyStore.open(join(dir, 'records.sqlite'));
     sqliteStore = store;
-    await fc.assert(
-      fc.asyncProperty(programs(), async (commands) => {
-        // One file for every program: each starts from no records, as each Redis one from its own prefix.
-        await store.clear();
-        await runProgram(store, commands);
-      }),
-      { numRuns: SQLITE_RUNS },
-    );
+    await runProgramsOnOneStore(store, SQLITE_RUNS);
   }, 300_000);
 });

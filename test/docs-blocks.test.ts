@@ -19,6 +19,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { START_TIMEOUT_MS, WAIT_MS } from '../demo/processes/bounds.js';
 import { freePort, type HttpInstance, ROOT, startHttpInstance } from '../demo/processes/launch.js';
+import { postMcp } from './support/hostile.js';
 
 const PAGES = [
   'README.md',
@@ -220,6 +221,21 @@ async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, run
   }
 }
 
+/**
+ * Runs the script's first line, the demo server a page says to start, and waits until it serves
+ * alice's token on `port`: the server, and the rest of the script, to run against it.
+ */
+async function serveFirstLine(script: string, port: number): Promise<{ server: Running; rest: string[] }> {
+  const [serveLine = '', ...rest] = script.split('\n');
+  const server = bash(serveLine);
+  await waitFor(
+    'the demo server',
+    () => post(port, 'server/discover', {}, { authorization: 'Bearer token-a' }),
+    server,
+  );
+  return { server, rest };
+}
+
 const ENVELOPE = {
   'io.modelcontextprotocol/protocolVersion': '2026-07-28',
   'io.modelcontextprotocol/clientInfo': { name: 'docs-blocks', version: '0' },
@@ -403,17 +419,8 @@ function answersAfter(block: Block, count: number): unknown[] {
 }
 
 async function send(url: URL, headers: Record<string, string>, body: unknown): Promise<unknown> {
-  const response = await fetch(url, {
-    method: 'POST',
-    // The documented call omits the two headers every request carries, shown once above it.
-    headers: {
-      'content-type': 'application/json',
-      accept: 'application/json, text/event-stream',
-      ...headers,
-    },
-    body: JSON.stringify(body),
-    signal: AbortSignal.timeout(WAIT_MS),
-  });
+  // The documented call omits the two headers every request carries, shown once above it.
+  const response = await postMcp(url, JSON.stringify(body), headers, WAIT_MS);
   const text = await response.text();
   return JSON.parse(
     text.startsWith('{') ? text : (text.split('\n').find((line) => line.startsWith('data: ')) ?? '').slice(6),
@@ -604,13 +611,7 @@ list('test/conformance/README.md', 'MCP_CONFORMANCE_SEP_3182_FIXTURE=', {
     const serve = /`(DEMO_BEARER_TOKENS=\S+ npx tsx server\.ts --http [^`]+)`/.exec(page)?.[1];
     expect(serve, 'the page names the server to start').toBeDefined();
     const { script, port } = await withFreePorts(`${serve} --port 3000\n${block.body}`, [3000]);
-    const [serveLine = '', ...run] = script.split('\n');
-    const server = bash(serveLine);
-    await waitFor(
-      'the demo server',
-      () => post(port.get(3000) ?? 0, 'server/discover', {}, { authorization: 'Bearer token-a' }),
-      server,
-    );
+    const { server, rest: run } = await serveFirstLine(script, port.get(3000) ?? 0);
     // Every check passed, the decline's errors check among them: no baseline of expected failures.
     expect(await runToEnd(run.join('\n'), START_TIMEOUT_MS * 4)).toMatch(/Passed: (\d+)\/\1, 0 failed/);
     killGroup(server.child);
@@ -645,13 +646,7 @@ list(CHECKER, '$ npm run check -- --url http://127.0.0.1:3001/mcp', {
     const serve = /Against the demo server \(`([^`]+)`\)/.exec(page.replace(/\n/g, ' '))?.[1];
     expect(serve, 'the page names the server to start').toBeDefined();
     const { script, port } = await withFreePorts(`${serve}\n${commandOf(block)}`, [3001]);
-    const [serveLine = '', ...check] = script.split('\n');
-    const server = bash(serveLine);
-    await waitFor(
-      'the demo server',
-      () => post(port.get(3001) ?? 0, 'server/discover', {}, { authorization: 'Bearer token-a' }),
-      server,
-    );
+    const { server, rest: check } = await serveFirstLine(script, port.get(3001) ?? 0);
     const report = await runToEnd(check.join('\n'), START_TIMEOUT_MS * 6);
     // The transcript's verdict lines, as shown: the same rules held.
     for (const line of block.body.split('\n').filter((line) => /^\s+✓ \S+/.test(line)))

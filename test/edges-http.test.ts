@@ -3,7 +3,6 @@
 // may be open at once, and who may reset every caller's records.
 
 import { randomUUID } from 'node:crypto';
-import { request as httpRequest } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { IdempotencyErrorType, MemoryIdempotencyStore } from 'mcp-request-idempotency';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -12,36 +11,12 @@ import { type HttpInstance, startHttpInstance } from '../demo/processes/launch.j
 import { MemoryLedger } from '../ledger.js';
 import { createDemoServer } from '../server.js';
 import { postRaw } from './support/hostile.js';
+import { postAs } from './support/http.js';
 
 const toolsCall = (params: Record<string, unknown>) =>
   JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params });
 const charge = () =>
   toolsCall({ name: 'charge_guarded', arguments: { amount: 5 }, idempotencyKey: randomUUID() });
-
-/** A POST through node:http, which, unlike fetch, sends whatever Host it is given. */
-function postAs(url: URL, body: string, headers: Record<string, string>): Promise<number | undefined> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(
-      url,
-      {
-        method: 'POST',
-        agent: false,
-        headers: {
-          'content-type': 'application/json',
-          accept: 'application/json, text/event-stream',
-          ...headers,
-        },
-        timeout: 10_000,
-      },
-      (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode));
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
-}
 
 /**
  * A POST over a bare socket, its header lines as given (node:http would refuse two Hosts): the

@@ -24,29 +24,33 @@ import {
   RedisIdempotencyStore,
   redisKeysOf,
 } from 'mcp-request-idempotency/redis';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { exitedAndRead, START_TIMEOUT_MS, sleep, waitUntil } from '../demo/processes/bounds.js';
-import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../demo/processes/redis-server.js';
+import { uniqueKeyPrefix } from '../demo/processes/redis-server.js';
 import type { Ledger } from '../ledger.js';
+import { redisForFile } from './support/backends.js';
 import { postRaw } from './support/hostile.js';
 import { type HttpInstance, startHttpInstance } from './support/http.js';
 import { connectInProcess, type InProcessConnection } from './support/in-process.js';
-import { type Attempt, chargeEach, type Operation } from './support/keyed-stream.js';
+import { streamCharges } from './support/keyed-stream.js';
 import { RawStdioPeer } from './support/raw-stdio.js';
+import { untilAnswered } from './support/retry.js';
+import { neverRenewing } from './support/store-fixtures.js';
 
-const redis = await startRedis();
-if (!redis) console.warn(REDIS_SKIP_REASON);
-else if (!redis.owned)
-  console.warn('Fault tests skipped: they kill Redis, so need a private redis-server, not REDIS_URL');
+const redis = await redisForFile(
+  'Fault tests skipped: they kill Redis, so need a private redis-server, not REDIS_URL',
+);
 const canKillRedis = redis?.owned === true;
-
-afterAll(async () => {
-  await redis?.stop();
-});
 
 function server() {
   if (!redis) throw new Error('unreachable: skipped without Redis');
   return redis;
+}
+
+/** A key prefix of the test's own, and the arguments that start a server on it in this file's Redis. */
+function onRedis(name: string): { prefix: string; args: string[] } {
+  const prefix = uniqueKeyPrefix(name);
+  return { prefix, args: ['--store', 'redis', '--redis-url', server().url, '--redis-prefix', prefix] };
 }
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -134,6 +138,32 @@ async function postToolCall(url: URL, params: Record<string, unknown>): Promise<
   };
 }
 
+/**
+ * Retries the call every `everyMs` while it is answered in progress, for `withinMs` at the most:
+ * every answer, the last the one that was not in progress.
+ */
+async function retryWhileInProgress(
+  url: URL,
+  params: Record<string, unknown>,
+  withinMs: number,
+  everyMs: number,
+): Promise<WireAnswer[]> {
+  const answers: WireAnswer[] = [];
+  await waitUntil(
+    async () => {
+      const answer = await postToolCall(url, params);
+      answers.push(answer);
+      return answer.type !== IdempotencyErrorType.inProgress;
+    },
+    withinMs,
+    everyMs,
+  );
+  return answers;
+}
+
+/** The answer "the store is unavailable: nothing happened, retry later with the same key". */
+const storeUnavailable = (answer: WireAnswer) => answer.type === IdempotencyErrorType.storeUnavailable;
+
 const textOf = (answer: WireAnswer) => JSON.stringify(field(answer.body.result, 'content'));
 
 /**
@@ -173,18 +203,11 @@ describe.skipIf(!canKillRedis)('Redis killed and restarted during a stream of ke
     }
     const OPERATIONS = 60;
     const WORKERS = 4;
-    const operations: Operation[] = Array.from({ length: OPERATIONS }, (_, i) => ({
-      amount: i + 1,
-      idempotencyKey: randomUUID(),
-    }));
-    const attempts: Attempt[] = [];
-    const queue = [...operations];
-    const done = () => attempts.filter((a) => a.outcome === 'charged').length;
 
     try {
       const callers = instances.map((i) => i.client);
-      const workers = Array.from({ length: WORKERS }, (_, w) => chargeEach(queue, callers, w, attempts));
-      await waitUntil(async () => done() >= OPERATIONS / 4, 20_000);
+      const { operations, attempts, charged, finished } = streamCharges(OPERATIONS, callers, WORKERS);
+      await waitUntil(async () => charged() >= OPERATIONS / 4, 20_000);
       await server().kill();
       const killedAt = performance.now();
       const chargesAtKill = ledger.commits.length;
@@ -192,12 +215,7 @@ describe.skipIf(!canKillRedis)('Redis killed and restarted during a stream of ke
       const restartedAt = performance.now();
       const chargesWhileDown = ledger.commits.length - chargesAtKill;
       await server().restart();
-      await Promise.race([
-        Promise.all(workers),
-        sleep(30_000).then(() => {
-          throw new Error(`stream did not finish: ${done()} of ${OPERATIONS} answered`);
-        }),
-      ]);
+      await finished(30_000);
 
       // Fail closed, at once: every call sent while Redis was down was refused, within the 1 s
       // command bound, with a code and a type that say "nothing happened, retry later".
@@ -239,11 +257,8 @@ describe.skipIf(!canKillRedis)('Redis killed and restarted during a stream of ke
   }, 60_000);
 
   it('answers a keyed call over HTTP with idempotency_store_unavailable and charges nothing, then serves the same key once Redis is back', async () => {
-    const prefix = uniqueKeyPrefix('faults-http');
-    const args = [
-      ...['--store', 'redis', '--redis-url', server().url, '--redis-prefix', prefix],
-      ...['--in-progress-lease-ms', String(RESTART_LEASE_MS)],
-    ];
+    const { prefix, args: onIt } = onRedis('faults-http');
+    const args = [...onIt, '--in-progress-lease-ms', String(RESTART_LEASE_MS)];
     const [a, b] = await Promise.all([startHttpInstance(args), startHttpInstance(args)]);
     const key = randomUUID();
     const params = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: key };
@@ -265,22 +280,11 @@ describe.skipIf(!canKillRedis)('Redis killed and restarted during a stream of ke
       });
 
       // Back: the retry on the other instance executes, once; the one after it is a replay.
-      let first: WireAnswer | undefined;
-      await waitUntil(async () => {
-        const answer = await postToolCall(b.url, params);
-        if (answer.type !== IdempotencyErrorType.storeUnavailable) first = answer;
-        return first !== undefined;
-      }, 10_000);
-      if (!first) throw new Error('unreachable');
+      const first = await untilAnswered(() => postToolCall(b.url, params), storeUnavailable, 10_000);
       expect(field(first.body.result, 'structuredContent')).toStrictEqual({ charged: 100, balance: 100 });
       // A reconnects on its own schedule; until then it too fails closed. Then it replays.
-      let replay: WireAnswer | undefined;
-      await waitUntil(async () => {
-        const answer = await postToolCall(a.url, params);
-        if (answer.type !== IdempotencyErrorType.storeUnavailable) replay = answer;
-        return replay !== undefined;
-      }, 10_000);
-      expect(replay?.text).toBe(first.text);
+      const replay = await untilAnswered(() => postToolCall(a.url, params), storeUnavailable, 10_000);
+      expect(replay.text).toBe(first.text);
       const balance = await postToolCall(b.url, { name: 'get_balance', arguments: {} });
       expect(field(balance.body.result, 'structuredContent')).toStrictEqual({ balance: 100 });
       const decided = [
@@ -302,9 +306,22 @@ describe.skipIf(!redis)('a server instance that dies, or is stopped, mid-charge'
   const LEASE_MS = 1_500;
   const CHARGE_MS = 1_000;
 
+  /**
+   * Sends the keyed charge to `url` and resolves once its record stands in Redis, the charge under
+   * way: the answer to come (undefined where the instance dies first) and the record's Redis key.
+   */
+  async function chargeUnderWay(url: URL, prefix: string, params: { idempotencyKey: string }) {
+    const lost = postToolCall(url, params).catch(() => undefined);
+    const [recordKey = ''] = redisKeysOf(`${prefix}idem:`, {
+      scope: LOCAL_SCOPE,
+      idempotencyKey: params.idempotencyKey,
+    });
+    await waitUntil(async () => (await server().admin.exists(recordKey)) === 1, 5_000, 5);
+    return { lost, recordKey };
+  }
+
   it('leaves the retry on another instance in progress until the lease expires, then executes it once', async () => {
-    const prefix = uniqueKeyPrefix('faults-kill');
-    const args = ['--store', 'redis', '--redis-url', server().url, '--redis-prefix', prefix];
+    const { prefix, args } = onRedis('faults-kill');
     const a = await startHttpInstance([
       ...args,
       '--charge-latency-ms',
@@ -316,24 +333,13 @@ describe.skipIf(!redis)('a server instance that dies, or is stopped, mid-charge'
     const key = randomUUID();
     const params = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: key };
     try {
-      const lost = postToolCall(a.url, params).catch(() => undefined);
-      const [recordKey] = redisKeysOf(`${prefix}idem:`, { scope: LOCAL_SCOPE, idempotencyKey: key });
-      await waitUntil(async () => (await server().admin.exists(recordKey)) === 1, 5_000, 5);
+      const { lost, recordKey } = await chargeUnderWay(a.url, prefix, params);
       const claimedAt = performance.now();
       const ttl = await server().admin.pTTL(recordKey);
       await a.kill();
       expect(await lost).toBeUndefined();
 
-      const answers: WireAnswer[] = [];
-      await waitUntil(
-        async () => {
-          const answer = await postToolCall(b.url, params);
-          answers.push(answer);
-          return answer.type !== IdempotencyErrorType.inProgress;
-        },
-        LEASE_MS + 5_000,
-        100,
-      );
+      const answers = await retryWhileInProgress(b.url, params, LEASE_MS + 5_000, 100);
       const last = answers.at(-1);
       if (!last) throw new Error('unreachable');
       const heldFor = last.at - claimedAt;
@@ -396,14 +402,7 @@ describe.skipIf(!redis)('a server instance that dies, or is stopped, mid-charge'
     // stalled and came back would send it.
     const storeA = new RedisIdempotencyStore(clientA, { keyPrefix: prefix });
     const a = await connectInProcess({
-      store: {
-        claim: (id, fingerprint, leaseMs) => storeA.claim(id, fingerprint, leaseMs),
-        complete: (ticket, response, retentionMs) => storeA.complete(ticket, response, retentionMs),
-        awaitInput: (ticket, response, retentionMs) => storeA.awaitInput(ticket, response, retentionMs),
-        release: (ticket) => storeA.release(ticket),
-        renew: () => Promise.resolve(false),
-        clear: () => storeA.clear(),
-      },
+      store: neverRenewing(storeA, false),
       ledger: dying,
       leaseMs: LEASE,
     });
@@ -437,16 +436,13 @@ describe.skipIf(!redis)('a server instance that dies, or is stopped, mid-charge'
   });
 
   it('stopped with SIGTERM mid-charge, finishes and records the charge first: the retry elsewhere is a replay, not a wait for the lease', async () => {
-    const prefix = uniqueKeyPrefix('faults-term');
-    const args = ['--store', 'redis', '--redis-url', server().url, '--redis-prefix', prefix];
+    const { prefix, args } = onRedis('faults-term');
     const a = await startHttpInstance([...args, '--charge-latency-ms', String(CHARGE_MS)]);
     const b = await startHttpInstance(args);
     const key = randomUUID();
     const params = { name: 'charge_guarded', arguments: { amount: 100 }, idempotencyKey: key };
     try {
-      const lost = postToolCall(a.url, params).catch(() => undefined);
-      const [recordKey] = redisKeysOf(`${prefix}idem:`, { scope: LOCAL_SCOPE, idempotencyKey: key });
-      await waitUntil(async () => (await server().admin.exists(recordKey)) === 1, 5_000, 5);
+      const { lost } = await chargeUnderWay(a.url, prefix, params);
       const stopped = performance.now();
       await a.stop();
       await lost;
@@ -486,16 +482,7 @@ describe('a client that disconnects mid-call', () => {
       hangUp.abort();
       expect(await lost).toMatchObject({ name: 'AbortError' });
 
-      const answers: WireAnswer[] = [];
-      await waitUntil(
-        async () => {
-          const answer = await postToolCall(instance.url, params);
-          answers.push(answer);
-          return answer.type !== IdempotencyErrorType.inProgress;
-        },
-        CHARGE_MS + 5_000,
-        50,
-      );
+      const answers = await retryWhileInProgress(instance.url, params, CHARGE_MS + 5_000, 50);
       expect(answers.slice(0, -1).every((a) => a.type === IdempotencyErrorType.inProgress)).toBe(true);
       const last = answers.at(-1);
       if (!last) throw new Error('unreachable: waitUntil saw an answer');
@@ -540,8 +527,7 @@ describe('a client that disconnects mid-call', () => {
   it.skipIf(!redis)(
     'over stdio with a shared Redis store: the charge completes once and the retry, from a new process, gets its response',
     async () => {
-      const prefix = uniqueKeyPrefix('faults-stdio');
-      const args = ['--store', 'redis', '--redis-url', server().url, '--redis-prefix', prefix];
+      const { prefix, args } = onRedis('faults-stdio');
       const key = randomUUID();
       const line = JSON.stringify({
         jsonrpc: '2.0',
@@ -603,8 +589,7 @@ describe('a client that disconnects mid-call', () => {
     async () => {
       // Regression test: the input ended while the claim was on its way to Redis; the process
       // exited without executing, and the key stayed in progress for the two-minute lease.
-      const prefix = uniqueKeyPrefix('faults-pipe');
-      const args = ['--store', 'redis', '--redis-url', server().url, '--redis-prefix', prefix];
+      const { prefix, args } = onRedis('faults-pipe');
       const call = JSON.stringify({
         jsonrpc: '2.0',
         id: 1,

@@ -22,6 +22,7 @@ import { balanceOf } from '../demo/processes/launch.js';
 import { MemoryLedger } from '../ledger.js';
 import { connectInProcess, type InProcessConnection, ManualClock } from './support/in-process.js';
 import { errorFrom, textOf } from './support/sep-cases.js';
+import { neverRenewing } from './support/store-fixtures.js';
 
 const RETENTION_MS = 300_000;
 const open: InProcessConnection[] = [];
@@ -193,15 +194,7 @@ describe('a call that outlives its lease', () => {
 
   it('would lose it without renewal: the same duplicate then executes a second time', async () => {
     // The control: a store that never extends a lease, as before renewal existed.
-    const memory = new MemoryIdempotencyStore();
-    const neverRenews: IdempotencyStore = {
-      claim: (id, fingerprint, leaseMs) => memory.claim(id, fingerprint, leaseMs),
-      complete: (ticket, response, retentionMs) => memory.complete(ticket, response, retentionMs),
-      awaitInput: (ticket, response, retentionMs) => memory.awaitInput(ticket, response, retentionMs),
-      release: (ticket) => memory.release(ticket),
-      renew: () => Promise.resolve(true),
-      clear: () => memory.clear(),
-    };
+    const neverRenews = neverRenewing(new MemoryIdempotencyStore(), true);
     const ledger = new MemoryLedger(CHARGE_MS);
     const { client } = await connect({ store: neverRenews, ledger, leaseMs: LEASE_MS });
     const call = charge(100);

@@ -28,13 +28,13 @@ import {
   postRaw,
   rssMiB,
 } from './support/hostile.js';
-import { type HttpInstance, startHttpInstance } from './support/http.js';
+import { serveHttpForSuite } from './support/http.js';
 import { connectInProcess } from './support/in-process.js';
+import { longRunScaled } from './support/long-runs.js';
 import { type RawAnswer, RawStdioPeer } from './support/raw-stdio.js';
 
-const LONG = process.env.SEP3182_LONG === '1';
-const STDIO_MUTATIONS = LONG ? 20_000 : 2_000;
-const HTTP_MUTATIONS = LONG ? 10_000 : 1_000;
+const STDIO_MUTATIONS = longRunScaled(2_000);
+const HTTP_MUTATIONS = longRunScaled(1_000);
 const SEED = Number(process.env.SEP3182_SEED ?? Math.floor(Math.random() * 2 ** 31));
 /**
  * The floor of resident memory (its lowest reading over a run of passes) may rise this much
@@ -71,6 +71,33 @@ const counts = { stdioCases: 0, stdioMutations: 0, httpCases: 0, httpMutations: 
 afterAll(() => {
   console.log(`hostile input (seed ${SEED}): ${JSON.stringify(counts)}`);
 });
+
+/**
+ * Sends `runs` random mutations of valid requests (ids from `idBase` up), each held by `check` to
+ * what JSON-RPC owes it, and the balance to what the answers reported charging: every 200
+ * mutations and at the end. Adds what it sent and what it charged to the counts.
+ */
+async function sendMutations(run: {
+  idBase: number;
+  runs: number;
+  check: (mutation: Mutation, tally: ChargeTally) => Promise<string | undefined>;
+  balance: () => Promise<unknown>;
+  counted: 'stdioMutations' | 'httpMutations';
+}): Promise<void> {
+  const tally = new ChargeTally();
+  const sample = fc.sample(mutations(run.idBase), { numRuns: run.runs, seed: SEED });
+  for (const [index, mutation] of sample.entries()) {
+    const problem = await run.check(mutation, tally).catch((error: unknown) => String(error));
+    if (problem)
+      throw new Error(`mutation ${index} (seed ${SEED}): ${problem}\n  sent: ${describeMutation(mutation)}`);
+    if (index % 200 === 199)
+      expect(await run.balance(), `balance after mutation ${index}`).toBe(tally.balance);
+    counts[run.counted] += 1;
+  }
+  expect(await run.balance()).toBe(tally.balance);
+  counts.fresh += tally.fresh;
+  counts.replays += tally.replays;
+}
 
 type Id = string | number;
 
@@ -114,6 +141,17 @@ const PARSE = -32700;
 const PARAMS = -32602;
 /** The SDK's Node adapter answers an oversized body with this generic server error code. */
 const SERVER_ERROR = -32000;
+/** A body over 4 MiB, over HTTP: the SDK's Node adapter refuses it before any JSON-RPC is read. */
+const TOO_LARGE_OVER_HTTP: MalformedCase['http'] = {
+  status: 413,
+  expected: {
+    error: {
+      id: null,
+      code: SERVER_ERROR,
+      message: /^Payload Too Large: Request body must not exceed 4194304 bytes/,
+    },
+  },
+};
 const invalidKey = (id: Id, message: RegExp): Expected => ({
   error: { id, code: PARAMS, message, type: IdempotencyErrorType.invalid },
 });
@@ -235,16 +273,7 @@ const CASES: MalformedCase[] = [
         message: /Request too large: a message may be at most 4194304 bytes/,
       },
     },
-    http: {
-      status: 413,
-      expected: {
-        error: {
-          id: null,
-          code: SERVER_ERROR,
-          message: /^Payload Too Large: Request body must not exceed 4194304 bytes/,
-        },
-      },
-    },
+    http: TOO_LARGE_OVER_HTTP,
   },
   {
     name: 'arguments that are an array, under a key',
@@ -268,16 +297,7 @@ const CASES: MalformedCase[] = [
     name: 'arguments of 10 MB',
     line: () => keyed(123, randomUUID(), { amount: 1, memo: 'x'.repeat(10 * MiB) }),
     stdio: { error: { id: null, code: INVALID, message: /Request too large/ } },
-    http: {
-      status: 413,
-      expected: {
-        error: {
-          id: null,
-          code: SERVER_ERROR,
-          message: /^Payload Too Large: Request body must not exceed 4194304 bytes/,
-        },
-      },
-    },
+    http: TOO_LARGE_OVER_HTTP,
   },
   {
     name: 'arguments nested 100,000 deep, under a key',
@@ -459,20 +479,13 @@ describe('malformed and hostile input over stdio, as raw JSON-RPC lines', () => 
 
   it(`answers ${STDIO_MUTATIONS} random mutations of valid requests as JSON-RPC requires, charging exactly what it reports (seed ${SEED})`, async () => {
     await peer.request('tools/call', { name: 'reset_ledger', arguments: {} });
-    const tally = new ChargeTally();
-    const sample = fc.sample(mutations(10_000_000), { numRuns: STDIO_MUTATIONS, seed: SEED });
-    for (const [index, mutation] of sample.entries()) {
-      const problem = await checkStdioMutation(mutation, tally).catch((error: unknown) => String(error));
-      if (problem)
-        throw new Error(
-          `mutation ${index} (seed ${SEED}): ${problem}\n  sent: ${describeMutation(mutation)}`,
-        );
-      if (index % 200 === 199) expect(await balance(), `balance after mutation ${index}`).toBe(tally.balance);
-      counts.stdioMutations += 1;
-    }
-    expect(await balance()).toBe(tally.balance);
-    counts.fresh += tally.fresh;
-    counts.replays += tally.replays;
+    await sendMutations({
+      idBase: 10_000_000,
+      runs: STDIO_MUTATIONS,
+      check: checkStdioMutation,
+      balance,
+      counted: 'stdioMutations',
+    });
   }, 120_000);
 
   async function checkStdioMutation(mutation: Mutation, tally: ChargeTally): Promise<string | undefined> {
@@ -539,17 +552,10 @@ function safeParse(line: string): unknown {
 // --- HTTP ---
 
 describe('malformed and hostile input over HTTP, as raw POST bodies', () => {
-  let server: HttpInstance;
-
-  beforeAll(async () => {
-    server = await startHttpInstance();
-  });
-  afterAll(async () => {
-    await server?.stop();
-  });
+  const server = serveHttpForSuite();
 
   async function call(params: Record<string, unknown>): Promise<Record<string, unknown>> {
-    const { status, text } = await postRaw(server.url, toolCall(1, params));
+    const { status, text } = await postRaw(server().url, toolCall(1, params));
     expect(status).toBe(200);
     return parse(text);
   }
@@ -570,7 +576,7 @@ describe('malformed and hostile input over HTTP, as raw POST bodies', () => {
       '(%s) gets a status and a JSON-RPC answer that say what is wrong, and charges nothing',
       async (_, testCase) => {
         const { status, expected } = testCase.http;
-        const response = await postRaw(server.url, testCase.line());
+        const response = await postRaw(server().url, testCase.line());
         expect(response.status).toBe(status);
         if (status === 202) expect(response.text).toBe('');
         if (expected) expect(mismatch(expected, [parse(response.text)])).toBeUndefined();
@@ -581,9 +587,9 @@ describe('malformed and hostile input over HTTP, as raw POST bodies', () => {
   });
 
   it('refuses chunked uploads far over the limit with 413, without buffering them: three at once of 100 MB each', async () => {
-    const before = rssMiB(server.pid);
-    const results = await Promise.all([1, 2, 3].map(() => uploadChunked(server.url, 100 * MiB)));
-    const after = rssMiB(server.pid);
+    const before = rssMiB(server().pid);
+    const results = await Promise.all([1, 2, 3].map(() => uploadChunked(server().url, 100 * MiB)));
+    const after = rssMiB(server().pid);
     console.log(
       `HTTP server RSS: ${before.toFixed(1)} MiB before three 100 MB uploads, ${after.toFixed(1)} MiB after`,
     );
@@ -605,7 +611,7 @@ describe('malformed and hostile input over HTTP, as raw POST bodies', () => {
 
   async function checkHttpMutation(mutation: Mutation, tally: ChargeTally): Promise<string | undefined> {
     const due = owed(mutation.line);
-    const { status, text } = await postRaw(server.url, mutation.line);
+    const { status, text } = await postRaw(server().url, mutation.line);
     const got = `${status} ${text.slice(0, 300)}`;
     if (due.kind === 'nothing')
       return status === 202 && text === '' ? undefined : `expected 202 and no body, got ${got}`;
@@ -635,32 +641,25 @@ describe('malformed and hostile input over HTTP, as raw POST bodies', () => {
 
   it(`answers ${HTTP_MUTATIONS} random mutations of valid requests as JSON-RPC requires, charging exactly what it reports (seed ${SEED})`, async () => {
     await call({ name: 'reset_ledger', arguments: {} });
-    const tally = new ChargeTally();
-    const sample = fc.sample(mutations(30_000_000), { numRuns: HTTP_MUTATIONS, seed: SEED });
-    for (const [index, mutation] of sample.entries()) {
-      const problem = await checkHttpMutation(mutation, tally).catch((error: unknown) => String(error));
-      if (problem)
-        throw new Error(
-          `mutation ${index} (seed ${SEED}): ${problem}\n  sent: ${describeMutation(mutation)}`,
-        );
-      if (index % 200 === 199) expect(await balance(), `balance after mutation ${index}`).toBe(tally.balance);
-      counts.httpMutations += 1;
-    }
-    expect(await balance()).toBe(tally.balance);
-    counts.fresh += tally.fresh;
-    counts.replays += tally.replays;
+    await sendMutations({
+      idBase: 30_000_000,
+      runs: HTTP_MUTATIONS,
+      check: checkHttpMutation,
+      balance,
+      counted: 'httpMutations',
+    });
   }, 120_000);
 
   it('holds its resident memory steady across passes of hostile input', async () => {
     const pass = async (round: number) => {
-      for (const testCase of CASES) await postRaw(server.url, testCase.line());
+      for (const testCase of CASES) await postRaw(server().url, testCase.line());
       const tally = new ChargeTally();
       tally.balance = Number(await balance());
       for (const mutation of fc.sample(mutations(40_000_000), { numRuns: 300, seed: SEED + round })) {
         await checkHttpMutation(mutation, tally);
       }
     };
-    const [baseline, after] = await rssFloors(server.pid, pass);
+    const [baseline, after] = await rssFloors(server().pid, pass);
     console.log(
       `HTTP server RSS floor: ${baseline.toFixed(1)} MiB over ${MEASURED_PASSES} passes after warming up, ${after.toFixed(1)} MiB over the next ${MEASURED_PASSES}`,
     );

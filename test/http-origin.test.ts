@@ -3,12 +3,12 @@
 // another origin, another program (a dev server, a local app's UI), and may not post to this one.
 
 import { randomUUID } from 'node:crypto';
-import { request as httpRequest } from 'node:http';
 import { MemoryIdempotencyStore } from 'mcp-request-idempotency';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningHttpServer, startHttpServer } from '../demo/hosting/http.js';
 import { MemoryLedger } from '../ledger.js';
 import { createDemoServer } from '../server.js';
+import { postAs } from './support/http.js';
 
 /** A charge of 5 as node:http posts it, with whatever Host and Origin it is given: its status. */
 function chargeAs(url: URL, headers: Record<string, string>): Promise<number | undefined> {
@@ -18,28 +18,8 @@ function chargeAs(url: URL, headers: Record<string, string>): Promise<number | u
     method: 'tools/call',
     params: { name: 'charge_guarded', arguments: { amount: 5 }, idempotencyKey: randomUUID() },
   });
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(
-      url,
-      {
-        method: 'POST',
-        agent: false,
-        headers: {
-          'content-type': 'application/json',
-          accept: 'application/json, text/event-stream',
-          'mcp-protocol-version': '2025-11-25',
-          ...headers,
-        },
-        timeout: 10_000,
-      },
-      (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode));
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
+  // The 2025 transport: its requests name the protocol version in a header.
+  return postAs(url, body, { 'mcp-protocol-version': '2025-11-25', ...headers });
 }
 
 describe.each([

@@ -3,11 +3,11 @@
 
 import { randomUUID } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ERAS, postModern } from '../demo/processes/launch.js';
-import { jsonRpcText } from './support/hostile.js';
-import { connectHttp, type HttpInstance, startHttpInstance } from './support/http.js';
+import { jsonRpcText, postMcp } from './support/hostile.js';
+import { connectHttp, serveHttpForSuite, startHttpInstance } from './support/http.js';
 import { describeSepCases } from './support/sep-cases.js';
 
 for (const era of ERAS) {
@@ -23,24 +23,9 @@ const ToolResponse = z.object({
 });
 
 describe('stateless HTTP without a session', () => {
-  let server: HttpInstance;
-  beforeAll(async () => {
-    server = await startHttpInstance();
-  });
-  afterAll(async () => {
-    await server.stop();
-  });
+  const server = serveHttpForSuite();
 
-  const post = (body: unknown, headers: Record<string, string> = {}) =>
-    fetch(server.url, {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        accept: 'application/json, text/event-stream',
-        ...headers,
-      },
-      body: JSON.stringify(body),
-    });
+  const post = (body: unknown) => postMcp(server().url, JSON.stringify(body));
 
   it('serves a keyed tools/call with no initialize before it, and replays it', async () => {
     const params = { name: 'charge_guarded', arguments: { amount: 5 }, idempotencyKey: randomUUID() };
@@ -69,7 +54,7 @@ describe('stateless HTTP without a session', () => {
     const status = await new Promise<number | undefined>((resolve, reject) => {
       const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' });
       const req = httpRequest(
-        server.url,
+        server().url,
         { method: 'POST', headers: { host: 'attacker.example', 'content-type': 'application/json' } },
         (res) => {
           res.resume();
@@ -83,34 +68,24 @@ describe('stateless HTTP without a session', () => {
   });
 
   it('answers GET with 405: there is no session stream to open', async () => {
-    const response = await fetch(server.url);
+    const response = await fetch(server().url);
     expect(response.status).toBe(405);
     expect(response.headers.get('allow')).toBe('POST');
   });
 });
 
 describe('bearer auth and per-principal scope', () => {
-  let server: HttpInstance;
-  beforeAll(async () => {
-    // alice holds two tokens: token-a may do all a caller may (not admin), token-r may only read.
-    server = await startHttpInstance([], {
-      DEMO_BEARER_TOKENS: 'alice:token-a,alice:token-r:read,bob:token-b',
-    });
-  });
-  afterAll(async () => {
-    await server.stop();
+  // alice holds two tokens: token-a may do all a caller may (not admin), token-r may only read.
+  const server = serveHttpForSuite([], {
+    DEMO_BEARER_TOKENS: 'alice:token-a,alice:token-r:read,bob:token-b',
   });
 
   const call = (token: string | undefined, params: Record<string, unknown>) =>
-    fetch(server.url, {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        accept: 'application/json, text/event-stream',
-        ...(token ? { authorization: `Bearer ${token}` } : {}),
-      },
-      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params }),
-    });
+    postMcp(
+      server().url,
+      JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params }),
+      token ? { authorization: `Bearer ${token}` } : {},
+    );
   const resultOf = async (response: Promise<Response>) =>
     ToolResponse.parse(JSON.parse(await jsonRpcText(await response))).result;
   const balance = async (token: string) =>
@@ -150,7 +125,7 @@ describe('bearer auth and per-principal scope', () => {
   const send = {
     '2025-11-25': (token: string, params: Record<string, unknown>) => call(token, params),
     '2026-07-28': (token: string, params: Record<string, unknown>) =>
-      postModern(server.url, { id: 1, method: 'tools/call', params }, undefined, {
+      postModern(server().url, { id: 1, method: 'tools/call', params }, undefined, {
         authorization: `Bearer ${token}`,
       }),
   };
@@ -167,7 +142,7 @@ describe('bearer auth and per-principal scope', () => {
       );
       expect(await retry.text()).not.toContain('Charged');
       expect(await balance('token-r')).toBe(before + 10);
-      const decided = (await server.decisions()).filter((d) => d.idempotencyKey === params.idempotencyKey);
+      const decided = (await server().decisions()).filter((d) => d.idempotencyKey === params.idempotencyKey);
       expect(decided.map((d) => d.decision)).toStrictEqual(['executed']);
       // The token that may charge still gets the stored response.
       expect(JSON.parse(await jsonRpcText(await send[era]('token-a', params)))).toMatchObject({
@@ -182,7 +157,7 @@ describe('bearer auth and per-principal scope', () => {
       expect(refused.status).toBe(403);
       expect(await balance('token-r')).toBe(before);
       expect(
-        (await server.decisions()).filter((d) => d.idempotencyKey === params.idempotencyKey),
+        (await server().decisions()).filter((d) => d.idempotencyKey === params.idempotencyKey),
       ).toStrictEqual([]);
     });
   });
@@ -190,25 +165,19 @@ describe('bearer auth and per-principal scope', () => {
   it('logs each decision under the principal’s scope', async () => {
     const key = randomUUID();
     await call('token-b', { name: 'get_balance', arguments: {}, idempotencyKey: key });
-    const logged = (await server.decisions()).filter((d) => d.idempotencyKey === key);
+    const logged = (await server().decisions()).filter((d) => d.idempotencyKey === key);
     expect(logged.map((d) => [d.decision, d.scope])).toStrictEqual([['executed', 'principal:bob']]);
   });
 });
 
 describe('a read-only token and its principal’s quota', () => {
-  let server: HttpInstance;
-  beforeAll(async () => {
-    server = await startHttpInstance(['--max-records-per-caller', '3'], {
-      DEMO_BEARER_TOKENS: 'alice:token-a,alice:token-r:read',
-    });
-  });
-  afterAll(async () => {
-    await server.stop();
+  const server = serveHttpForSuite(['--max-records-per-caller', '3'], {
+    DEMO_BEARER_TOKENS: 'alice:token-a,alice:token-r:read',
   });
 
   const keyed = async (token: string, name: string, args: Record<string, unknown>) => {
     const params = { name, arguments: args, idempotencyKey: randomUUID() };
-    const response = await postModern(server.url, { id: 1, method: 'tools/call', params }, undefined, {
+    const response = await postModern(server().url, { id: 1, method: 'tools/call', params }, undefined, {
       authorization: `Bearer ${token}`,
     });
     return jsonRpcText(response);

@@ -16,9 +16,10 @@ import { IdempotencyErrorType, INVALID_PARAMS } from 'mcp-request-idempotency';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { exitedAndRead, sleep } from '../demo/processes/bounds.js';
 import { postModern } from '../demo/processes/launch.js';
-import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../demo/processes/redis-server.js';
+import { uniqueKeyPrefix } from '../demo/processes/redis-server.js';
+import { redisForFile } from './support/backends.js';
 import { jsonRpcText, postRaw } from './support/hostile.js';
-import { type HttpInstance, startHttpInstance } from './support/http.js';
+import { serveHttpForSuite, startHttpInstance } from './support/http.js';
 import { type RawAnswer, RawStdioPeer } from './support/raw-stdio.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -30,6 +31,9 @@ function field(value: unknown, name: string): unknown {
 
 /** The answer line with its id blanked, so two answers can be compared byte for byte. */
 const withoutId = (line: string) => line.replace(/"id":("[^"]*"|\d+)/, '"id":_');
+
+/** The names of the demo's five tools, sorted. */
+const DEMO_TOOLS = ['charge_guarded', 'charge_unguarded', 'get_balance', 'refund_order', 'reset_ledger'];
 
 // --- 2026-07-28, by hand: server/discover and a keyed call, with the envelope and headers ---
 
@@ -72,16 +76,10 @@ describe('hand-written 2026-07-28 requests over stdio, no initialize', () => {
 });
 
 describe('hand-written 2026-07-28 requests over HTTP (fetch), each on its own', () => {
-  let server: HttpInstance;
-  beforeAll(async () => {
-    server = await startHttpInstance();
-  });
-  afterAll(async () => {
-    await server?.stop();
-  });
+  const server = serveHttpForSuite();
 
   const send = async (id: number, method: string, params: Record<string, unknown>) => {
-    const response = await postModern(server.url, { id, method, params });
+    const response = await postModern(server().url, { id, method, params });
     return { status: response.status, text: await response.text() };
   };
 
@@ -98,7 +96,7 @@ describe('hand-written 2026-07-28 requests over HTTP (fetch), each on its own', 
     expect(first.status).toBe(200);
     expect(JSON.parse(first.text)).toMatchObject({ result: { structuredContent: { charged: 5 } } });
     expect(withoutId(retry.text)).toBe(withoutId(first.text));
-    const decisions = (await server.decisions()).filter((d) => d.idempotencyKey === params.idempotencyKey);
+    const decisions = (await server().decisions()).filter((d) => d.idempotencyKey === params.idempotencyKey);
     expect(decisions.map((d) => d.decision)).toStrictEqual(['executed', 'replayed']);
   });
 
@@ -157,13 +155,9 @@ describe('hand-written JSON-RPC over stdio, from the first byte', () => {
   it('lists the tools with a JSON Schema for each one’s arguments', async () => {
     const { message } = await peer.request('tools/list', {});
     const tools = field(message.result, 'tools');
-    expect(Array.isArray(tools) ? tools.map((t) => field(t, 'name')).sort() : tools).toStrictEqual([
-      'charge_guarded',
-      'charge_unguarded',
-      'get_balance',
-      'refund_order',
-      'reset_ledger',
-    ]);
+    expect(Array.isArray(tools) ? tools.map((t) => field(t, 'name')).sort() : tools).toStrictEqual(
+      DEMO_TOOLS,
+    );
     const charge = Array.isArray(tools)
       ? tools.find((t) => field(t, 'name') === 'charge_guarded')
       : undefined;
@@ -261,24 +255,13 @@ async function initializeWith(protocolVersion: string): Promise<Record<string, u
 
 // --- HTTP, by hand ---
 
-const redis = await startRedis();
-if (!redis) console.warn(REDIS_SKIP_REASON);
-
-afterAll(async () => {
-  await redis?.stop();
-});
+const redis = await redisForFile();
 
 describe('hand-written HTTP requests (fetch), no MCP client at all', () => {
-  let server: HttpInstance;
-  beforeAll(async () => {
-    server = await startHttpInstance();
-  });
-  afterAll(async () => {
-    await server?.stop();
-  });
+  const server = serveHttpForSuite();
 
   it('gets the capability from an initialize POST, with no session id (stateless)', async () => {
-    const response = await fetch(server.url, {
+    const response = await fetch(server().url, {
       method: 'POST',
       headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
       body: JSON.stringify({
@@ -300,7 +283,7 @@ describe('hand-written HTTP requests (fetch), no MCP client at all', () => {
   });
 
   it('refuses a client that does not accept text/event-stream with 406, as the transport specification requires', async () => {
-    const response = await fetch(server.url, {
+    const response = await fetch(server().url, {
       method: 'POST',
       headers: { 'content-type': 'application/json', accept: 'application/json' },
       body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }),
@@ -374,42 +357,34 @@ async function inspector(args: string[], home: string, toolError = false): Promi
 
 describe.skipIf(!inspectorFound)('the MCP Inspector CLI, calls without a key', () => {
   const stdioServer = ['node', '--import', 'tsx', join(ROOT, 'server.ts')];
+  /** The Inspector's arguments for a charge of 100 through the tool without the guard. */
+  const UNGUARDED_CHARGE = [
+    '--method',
+    'tools/call',
+    '--tool-name',
+    'charge_unguarded',
+    '--tool-arg',
+    'amount=100',
+  ];
   let home: string;
-  let server: HttpInstance;
+  const server = serveHttpForSuite();
   beforeAll(async () => {
     home = await mkdtemp(join(tmpdir(), 'sep3182-inspector-'));
-    server = await startHttpInstance();
   });
   afterAll(async () => {
-    await server?.stop();
     if (home) await rm(home, { recursive: true, force: true });
   });
 
   it('lists the five tools over stdio', async () => {
     const listed = await inspector([...stdioServer, '--method', 'tools/list'], home);
     const tools = field(listed, 'tools');
-    expect(Array.isArray(tools) ? tools.map((t) => field(t, 'name')).sort() : tools).toStrictEqual([
-      'charge_guarded',
-      'charge_unguarded',
-      'get_balance',
-      'refund_order',
-      'reset_ledger',
-    ]);
+    expect(Array.isArray(tools) ? tools.map((t) => field(t, 'name')).sort() : tools).toStrictEqual(
+      DEMO_TOOLS,
+    );
   });
 
   it('charges over stdio and reads the structured result', async () => {
-    const result = await inspector(
-      [
-        ...stdioServer,
-        '--method',
-        'tools/call',
-        '--tool-name',
-        'charge_unguarded',
-        '--tool-arg',
-        'amount=100',
-      ],
-      home,
-    );
+    const result = await inspector([...stdioServer, ...UNGUARDED_CHARGE], home);
     expect(result).toStrictEqual({
       content: [{ type: 'text', text: 'Charged 100. New balance: 100' }],
       structuredContent: { charged: 100, balance: 100 },
@@ -417,15 +392,7 @@ describe.skipIf(!inspectorFound)('the MCP Inspector CLI, calls without a key', (
   });
 
   it('charges every time over stateless HTTP, exactly as before the SEP', async () => {
-    const charge = [
-      server.url.href,
-      '--method',
-      'tools/call',
-      '--tool-name',
-      'charge_unguarded',
-      '--tool-arg',
-      'amount=100',
-    ];
+    const charge = [server().url.href, ...UNGUARDED_CHARGE];
     const first = await inspector(charge, home);
     const second = await inspector(charge, home);
     expect(field(first, 'structuredContent')).toStrictEqual({ charged: 100, balance: 100 });

@@ -24,24 +24,27 @@ import {
 import { SqliteIdempotencyStore } from 'mcp-request-idempotency/sqlite';
 import { afterAll, describe, expect, it } from 'vitest';
 import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../demo/processes/bounds.js';
-import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../demo/processes/postgres-server.js';
-import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../demo/processes/redis-server.js';
+import { uniqueTablePrefix } from '../demo/processes/postgres-server.js';
+import { uniqueKeyPrefix } from '../demo/processes/redis-server.js';
+import { postgresForFile, redisForFile } from './support/backends.js';
 import {
   CALLERS,
+  CONNECTED_STORE_TIMING,
   type ModelSettings,
   programs,
   type RealSystem,
   runProgram,
   startRealSystem,
+  storeOfEach,
   tally,
 } from './support/guard-model.js';
 import { ManualClock } from './support/in-process.js';
+import { longRunScaled } from './support/long-runs.js';
 
-const LONG = process.env.SEP3182_LONG === '1';
-const MEMORY_RUNS = LONG ? 2_000 : 200;
-const REDIS_RUNS = LONG ? 250 : 25;
-const POSTGRES_RUNS = LONG ? 250 : 25;
-const SQLITE_RUNS = LONG ? 500 : 50;
+const MEMORY_RUNS = longRunScaled(200);
+const REDIS_RUNS = longRunScaled(25);
+const POSTGRES_RUNS = longRunScaled(25);
+const SQLITE_RUNS = longRunScaled(50);
 const MAX_COMMANDS = 30;
 
 /** Counted so the report can say how many programs and steps ran. */
@@ -93,7 +96,7 @@ describe('the guard with the memory store agrees with the reference model', () =
       report('memory store', before);
       expect(ran.memoryPrograms).toBeGreaterThanOrEqual(MEMORY_RUNS);
     },
-    LONG ? 600_000 : 60_000,
+    longRunScaled(60_000),
   );
 });
 
@@ -121,11 +124,7 @@ describe('the guard with the SQLite store, three instances on one file, agrees w
       ),
     );
     return startRealSystem({
-      storeFor: (caller) => {
-        const store = stores[caller];
-        if (!store) throw new Error(`no store for caller ${caller}`);
-        return store;
-      },
+      storeFor: storeOfEach(stores),
       retentionMs: RETENTION_MS,
       leaseMs: LEASE_MS,
       advance: async (ms) => {
@@ -133,8 +132,7 @@ describe('the guard with the SQLite store, three instances on one file, agrees w
         monotonic.advance(ms);
       },
       stepWallClock: async (ms) => wall.advance(ms),
-      settleMs: 2,
-      deadlineMs: 2_000,
+      ...CONNECTED_STORE_TIMING,
       close: async () => {
         await Promise.all(stores.map((store) => store.close()));
         rmSync(file, { force: true });
@@ -151,12 +149,18 @@ describe('the guard with the SQLite store, three instances on one file, agrees w
   );
 });
 
-const redis = await startRedis();
-if (!redis) console.warn(REDIS_SKIP_REASON);
+const redis = await redisForFile();
 
-afterAll(async () => {
-  await redis?.stop();
-});
+/**
+ * The times of a store that keeps its own clock (Redis, Postgres), where "time passing" moves every
+ * record's lease and expiry back by the step: whole minutes, so the few real seconds a program
+ * takes never decide an expiry.
+ */
+const SERVER_TIME = {
+  RETENTION_MS: 600_000,
+  LEASE_MS: 300_000,
+  advances: [60_000, 300_000, 600_000],
+};
 
 /**
  * The property for a store three instances share: random programs, each instance on its own
@@ -201,7 +205,7 @@ function itAgreesWithTheModel(
       report(label, before);
       expect(ran[counter]).toBeGreaterThanOrEqual(numRuns);
     },
-    LONG ? 600_000 : 60_000,
+    longRunScaled(60_000),
   );
 }
 
@@ -216,11 +220,8 @@ function report(label: string, before: typeof tally): void {
 describe.skipIf(!redis)(
   'the guard with the Redis store, three instances, agrees with the reference model',
   () => {
-    // Redis keeps its own time; "time passing" shifts every record's TTL by the same amount. Steps
-    // are whole minutes, so the few real seconds a program takes never decide an expiry.
-    const RETENTION_MS = 600_000;
-    const LEASE_MS = 300_000;
-    const advances = [60_000, LEASE_MS, RETENTION_MS];
+    // Redis keeps its own time; "time passing" shifts every record's TTL by the same amount.
+    const { RETENTION_MS, LEASE_MS, advances } = SERVER_TIME;
 
     // The quota's index scores each record by its expiry: those move with the TTLs.
     const SHIFT_TTLS = `
@@ -249,19 +250,14 @@ return 0`;
         stores.push(new RedisIdempotencyStore(client, { keyPrefix: prefix, maxRecordsPerScope }));
       }
       return startRealSystem({
-        storeFor: (caller) => {
-          const store = stores[caller];
-          if (!store) throw new Error(`no store for caller ${caller}`);
-          return store;
-        },
+        storeFor: storeOfEach(stores),
         retentionMs: RETENTION_MS,
         leaseMs: LEASE_MS,
         advance: async (ms) => {
           const keys = await admin.keys(`${prefix}*`);
           if (keys.length > 0) await admin.eval(SHIFT_TTLS, { keys, arguments: [String(ms)] });
         },
-        settleMs: 2,
-        deadlineMs: 2_000,
+        ...CONNECTED_STORE_TIMING,
         close: async () => {
           await Promise.all(clients.map((client) => closeRedis(client)));
           await redis.flush(prefix);
@@ -279,21 +275,13 @@ return 0`;
   },
 );
 
-const postgres = await startPostgres();
-if (!postgres) console.warn(POSTGRES_SKIP_REASON);
-
-afterAll(async () => {
-  await postgres?.stop();
-});
+const postgres = await postgresForFile();
 
 describe.skipIf(!postgres)(
   'the guard with the Postgres store, three instances, agrees with the reference model',
   () => {
-    // As for Redis: Postgres keeps its own time, so "time passing" moves every lease and expiry
-    // back by the same amount, in whole minutes that the few real seconds of a program never decide.
-    const RETENTION_MS = 600_000;
-    const LEASE_MS = 300_000;
-    const advances = [60_000, LEASE_MS, RETENTION_MS];
+    // Postgres keeps its own time, so "time passing" moves every lease and expiry back by the same amount.
+    const { RETENTION_MS, LEASE_MS, advances } = SERVER_TIME;
     const prefix = uniqueTablePrefix('model');
 
     async function start(maxRecordsPerScope: number): Promise<RealSystem> {
@@ -317,11 +305,7 @@ describe.skipIf(!postgres)(
         );
       }
       return startRealSystem({
-        storeFor: (caller) => {
-          const store = stores[caller];
-          if (!store) throw new Error(`no store for caller ${caller}`);
-          return store;
-        },
+        storeFor: storeOfEach(stores),
         retentionMs: RETENTION_MS,
         leaseMs: LEASE_MS,
         advance: async (ms) => {
@@ -331,8 +315,7 @@ describe.skipIf(!postgres)(
             [ms],
           );
         },
-        settleMs: 2,
-        deadlineMs: 2_000,
+        ...CONNECTED_STORE_TIMING,
         close: async () => {
           // The store's own clear: the records, and the usage counted beside them.
           await stores[0]?.clear();

@@ -106,10 +106,15 @@ function describeUnknownOutcome(implementation: ProviderImplementation): void {
       await provider?.stop();
     });
 
-    it('is answered as a tool error that says so in _meta, records nothing, and the retry under the key is the charge', async () => {
+    /** The server on the provider, reset, whose next commit takes `commitMs`. */
+    async function serverWithSlowCommit(commitMs = SLOW_COMMIT_MS, inProgressWindowMs?: number) {
       await provider.reset();
-      await provider.queueFault({ path: '/charges', fault: 'delay', delayMs: SLOW_COMMIT_MS });
-      const server = await serverCharging(provider);
+      await provider.queueFault({ path: '/charges', fault: 'delay', delayMs: commitMs });
+      return serverCharging(provider, inProgressWindowMs);
+    }
+
+    it('is answered as a tool error that says so in _meta, records nothing, and the retry under the key is the charge', async () => {
+      const server = await serverWithSlowCommit();
       try {
         const idempotencyKey = randomUUID();
         const first = await callTool(server.client, { ...CHARGE, idempotencyKey });
@@ -134,9 +139,7 @@ function describeUnknownOutcome(implementation: ProviderImplementation): void {
     }, 30_000);
 
     it("is retried by IdempotentClient under its key, which it hands back when it gives up: the application's retry under it charges once", async () => {
-      await provider.reset();
-      await provider.queueFault({ path: '/charges', fault: 'delay', delayMs: SLOW_COMMIT_MS });
-      const server = await serverCharging(provider);
+      const server = await serverWithSlowCommit();
       const attempts: Attempt[] = [];
       try {
         const shop = await shopOn(server, attempts);
@@ -163,9 +166,7 @@ function describeUnknownOutcome(implementation: ProviderImplementation): void {
     }, 30_000);
 
     it('is charged twice by an application that retries under a new key (the control)', async () => {
-      await provider.reset();
-      await provider.queueFault({ path: '/charges', fault: 'delay', delayMs: SLOW_COMMIT_MS });
-      const server = await serverCharging(provider);
+      const server = await serverWithSlowCommit();
       try {
         const shop = await shopOn(server, []);
         const error = await errorFrom(shop.callTool(CHARGE.name, CHARGE.arguments));
@@ -179,9 +180,7 @@ function describeUnknownOutcome(implementation: ProviderImplementation): void {
     }, 30_000);
 
     it("rides out a provider slower than its timeout by itself, within the provider's in-progress window: one answer, one charge", async () => {
-      await provider.reset();
-      await provider.queueFault({ path: '/charges', fault: 'delay', delayMs: 5 * PROVIDER_TIMEOUT_MS });
-      const server = await serverCharging(provider, 10 * PROVIDER_TIMEOUT_MS);
+      const server = await serverWithSlowCommit(5 * PROVIDER_TIMEOUT_MS, 10 * PROVIDER_TIMEOUT_MS);
       try {
         const answer = await callTool(server.client, { ...CHARGE, idempotencyKey: randomUUID() });
         expect(textOf(answer)).toBe(CHARGED);

@@ -29,7 +29,8 @@ import {
   sleep,
   waitUntil,
 } from '../demo/processes/bounds.js';
-import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../demo/processes/postgres-server.js';
+import { uniqueTablePrefix } from '../demo/processes/postgres-server.js';
+import { postgresForFile } from './support/backends.js';
 import {
   PGBOUNCER_SKIP_REASON,
   pgBouncerInstalled,
@@ -38,13 +39,9 @@ import {
 } from './support/pgbouncer.js';
 import { startHolder } from './support/postgres-holders.js';
 
-const postgres = await startPostgres();
-if (!postgres) console.warn(POSTGRES_SKIP_REASON);
-else if (!postgres.owned) {
-  console.warn(
-    'Postgres environment tests skipped: they create roles and poolers, so need a private cluster',
-  );
-}
+const postgres = await postgresForFile(
+  'Postgres environment tests skipped: they create roles and poolers, so need a private cluster',
+);
 // Roles, databases and poolers of the test's own: not on a shared DATABASE_URL.
 const cluster = postgres?.owned ? postgres : undefined;
 if (cluster && !pgBouncerInstalled()) console.warn(PGBOUNCER_SKIP_REASON);
@@ -64,7 +61,6 @@ afterEach(async () => {
 afterAll(async () => {
   for (const close of closers.splice(0).reverse()) await close().catch(() => {});
   await postgres?.drop(prefix);
-  await postgres?.stop();
 });
 
 function server() {

@@ -15,12 +15,8 @@ import {
 } from 'mcp-request-idempotency/postgres';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { POSTGRES_STATEMENT_TIMEOUT_MS, waitUntil } from '../demo/processes/bounds.js';
-import {
-  POSTGRES_SKIP_REASON,
-  startPostgres,
-  type TestPostgres,
-  uniqueTablePrefix,
-} from '../demo/processes/postgres-server.js';
+import { type TestPostgres, uniqueTablePrefix } from '../demo/processes/postgres-server.js';
+import { postgresForFile } from './support/backends.js';
 import { startHolder } from './support/postgres-holders.js';
 import {
   claimTicket,
@@ -36,13 +32,9 @@ import {
   SHORT_MS,
 } from './support/store-fixtures.js';
 
-const postgres = await startPostgres();
-if (!postgres) console.warn(POSTGRES_SKIP_REASON);
-else if (!postgres.owned) {
-  console.warn(
-    'Fail-closed, restart and round-trip tests skipped: they stop Postgres or read its log, so need a private cluster, not DATABASE_URL',
-  );
-}
+const postgres = await postgresForFile(
+  'Fail-closed, restart and round-trip tests skipped: they stop Postgres or read its log, so need a private cluster, not DATABASE_URL',
+);
 const needsOwnServer = !postgres?.owned;
 
 const prefix = uniqueTablePrefix('store');
@@ -78,7 +70,6 @@ afterEach(async () => {
 
 afterAll(async () => {
   await postgres?.drop(prefix);
-  await postgres?.stop();
 });
 
 /** The row behind a store's back, with what is left of its lease or retention in ms. */

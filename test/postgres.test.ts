@@ -26,25 +26,21 @@ import {
   ERAS,
   type ServerConnection,
 } from '../demo/processes/launch.js';
-import {
-  POSTGRES_SKIP_REASON,
-  startPostgres,
-  type TestPostgres,
-  uniqueTablePrefix,
-} from '../demo/processes/postgres-server.js';
+import { type TestPostgres, uniqueTablePrefix } from '../demo/processes/postgres-server.js';
 import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
 import { connect, type Era, type Peer } from '../packages/checker/wire.js';
+import { postgresForFile } from './support/backends.js';
 import { postRaw } from './support/hostile.js';
 import { connectHttp, connectHttpClient, type HttpInstance, startHttpInstance } from './support/http.js';
-import { type Attempt, chargeEach, type Operation } from './support/keyed-stream.js';
+import { streamCharges } from './support/keyed-stream.js';
+import { untilAnswered } from './support/retry.js';
 import { describeSepCases, errorFrom, PEER_TIMEOUT_MS, textOf } from './support/sep-cases.js';
 import { connectStdio } from './support/stdio.js';
 import { describeTwoInstancesOn } from './support/two-instances.js';
 
-const postgres = await startPostgres();
-if (!postgres) console.warn(POSTGRES_SKIP_REASON);
-else if (!postgres.owned)
-  console.warn('Tests that kill or restart Postgres skipped: they need a private cluster, not DATABASE_URL');
+const postgres = await postgresForFile(
+  'Tests that kill or restart Postgres skipped: they need a private cluster, not DATABASE_URL',
+);
 const canRestart = postgres?.owned === true;
 
 /** Every prefix handed out, so a shared `DATABASE_URL` is left as it was found. */
@@ -52,7 +48,6 @@ const prefixes: string[] = [];
 
 afterAll(async () => {
   for (const prefix of prefixes) await postgres?.drop(prefix).catch(() => {});
-  await postgres?.stop();
 });
 
 function database(): TestPostgres {
@@ -285,27 +280,15 @@ describe.skipIf(!canRestart)('Postgres killed and restarted during a stream of k
     const clients = await Promise.all(instances.map((instance) => connectHttpClient(instance.url)));
     const OPERATIONS = 40;
     const WORKERS = 3;
-    const operations: Operation[] = Array.from({ length: OPERATIONS }, (_, i) => ({
-      amount: i + 1,
-      idempotencyKey: randomUUID(),
-    }));
-    const attempts: Attempt[] = [];
-    const queue = [...operations];
-    const charged = () => attempts.filter((a) => a.outcome === 'charged').length;
     try {
-      const workers = Array.from({ length: WORKERS }, (_, w) => chargeEach(queue, clients, w, attempts));
+      const { operations, attempts, charged, finished } = streamCharges(OPERATIONS, clients, WORKERS);
       await waitUntil(async () => charged() >= OPERATIONS / 4, 20_000);
       await database().kill();
       const killedAt = performance.now();
       await sleep(1_500);
       const restartedAt = performance.now();
       await database().restart();
-      await Promise.race([
-        Promise.all(workers),
-        sleep(30_000).then(() => {
-          throw new Error(`the stream did not finish: ${charged()} of ${OPERATIONS} answered`);
-        }),
-      ]);
+      await finished(30_000);
 
       // Fail closed, at once: every call sent while Postgres was down was refused, with the code
       // and type that say "nothing happened, retry later with the same key".
@@ -371,12 +354,11 @@ describe.skipIf(!canRestart)('Postgres killed and restarted during a stream of k
       });
 
       // Back: the server reconnects on its own; the same key then executes, once, and replays.
-      let first: WireAnswer | undefined;
-      await waitUntil(async () => {
-        const answer = await postToolCall(server.url, params);
-        if (answer.type !== IdempotencyErrorType.storeUnavailable) first = answer;
-        return first !== undefined;
-      }, 10_000);
+      const first = await untilAnswered(
+        () => postToolCall(server.url, params),
+        (answer) => answer.type === IdempotencyErrorType.storeUnavailable,
+        10_000,
+      );
       expect(first?.result?.structuredContent).toStrictEqual({ charged: 100, balance: 100 });
       const replay = await postToolCall(server.url, params);
       expect(replay.text).toBe(first?.text);
@@ -725,13 +707,13 @@ describe.skipIf(!postgres)('records kept across restarts, over stdio', () => {
       await database().restart();
 
       // The same process: it fails closed until its store has reconnected, then replays.
-      let again: Awaited<ReturnType<Peer['request']>> | undefined;
-      await waitUntil(async () => {
-        const answer = await running.request('tools/call', call(key), 'charge_guarded');
-        const type = field(field(field(answer.message, 'error'), 'data'), 'type');
-        if (type !== IdempotencyErrorType.storeUnavailable) again = answer;
-        return again !== undefined;
-      }, 10_000);
+      const again = await untilAnswered(
+        () => running.request('tools/call', call(key), 'charge_guarded'),
+        (answer) =>
+          field(field(field(answer.message, 'error'), 'data'), 'type') ===
+          IdempotencyErrorType.storeUnavailable,
+        10_000,
+      );
       expect(again?.message.result).toStrictEqual(first.message.result);
 
       const fresh = await open(args, era);

@@ -24,20 +24,19 @@ import {
   type ServerConnection,
 } from '../demo/processes/launch.js';
 import {
+  type FaultSpec,
   PROVIDER_IMPLEMENTATIONS,
   type ProviderImplementation,
   type ProviderProcess,
   startProviderProcess,
 } from '../demo/processes/payment-provider.js';
-import { startRedis, uniqueKeyPrefix } from '../demo/processes/redis-server.js';
+import { uniqueKeyPrefix } from '../demo/processes/redis-server.js';
 import { CHARGE_LIMIT, declineMessage } from '../ledger.js';
+import { redisForFile } from './support/backends.js';
 import { connectHttpClient, startHttpInstance } from './support/http.js';
 import { textOf } from './support/sep-cases.js';
 
-const redis = await startRedis();
-afterAll(async () => {
-  await redis?.stop();
-});
+const redis = await redisForFile();
 
 /** Short, so a retry after a killed instance waits a second, not the two-minute default. */
 const LEASE_MS = 1_000;
@@ -131,38 +130,50 @@ interface FaultPoint {
   run(provider: ProviderProcess, deployment: Deployment, params: KeyedToolCall): Promise<CallToolResult>;
 }
 
+/** A point where the call itself meets the fault: the provider answers it with `fault`. */
+const callThrough =
+  (fault: FaultSpec['fault']): FaultPoint['run'] =>
+  async (provider, deployment, params) => {
+    await provider.queueFault({ path: '/charges', fault });
+    return deployment.call(params);
+  };
+
+/**
+ * Makes the call, the provider committing it and holding its answer: resolves once the commit is
+ * held, with the call still open (`lost`: undefined where the server dies first).
+ */
+async function heldAfterCommit(
+  provider: ProviderProcess,
+  deployment: Deployment,
+  params: KeyedToolCall,
+): Promise<{ lost: Promise<CallToolResult | undefined> }> {
+  await provider.queueFault({ path: '/charges', fault: 'hold-after-commit' });
+  const lost = deployment.call(params).catch(() => undefined);
+  await waitUntil(async () => (await provider.held()) === 1);
+  return { lost };
+}
+
 const POINTS: FaultPoint[] = [
   {
     point: 'before the provider commits (a 502 from its edge)',
     withoutKeys: 1,
-    async run(provider, deployment, params) {
-      await provider.queueFault({ path: '/charges', fault: '502-before-commit' });
-      return deployment.call(params);
-    },
+    run: callThrough('502-before-commit'),
   },
   {
     point: 'after the provider commits, before it answers (the socket reset)',
     withoutKeys: 2,
-    async run(provider, deployment, params) {
-      await provider.queueFault({ path: '/charges', fault: 'drop-after-commit' });
-      return deployment.call(params);
-    },
+    run: callThrough('drop-after-commit'),
   },
   {
     point: 'after the provider commits, before it answers (a 502 from its edge)',
     withoutKeys: 2,
-    async run(provider, deployment, params) {
-      await provider.queueFault({ path: '/charges', fault: '502-after-commit' });
-      return deployment.call(params);
-    },
+    run: callThrough('502-after-commit'),
   },
   {
     point: "after the provider commits, the server killed while the provider's answer is on its way",
     withoutKeys: 2,
     async run(provider, deployment, params) {
-      await provider.queueFault({ path: '/charges', fault: 'hold-after-commit' });
-      const lost = deployment.call(params).catch(() => undefined);
-      await waitUntil(async () => (await provider.held()) === 1);
+      const { lost } = await heldAfterCommit(provider, deployment, params);
       await deployment.kill();
       await lost;
       await provider.release();
@@ -175,9 +186,7 @@ const POINTS: FaultPoint[] = [
     point: 'after the provider answers, before the record is written (the server frozen, then killed)',
     withoutKeys: 2,
     async run(provider, deployment, params) {
-      await provider.queueFault({ path: '/charges', fault: 'hold-after-commit' });
-      const lost = deployment.call(params).catch(() => undefined);
-      await waitUntil(async () => (await provider.held()) === 1);
+      const { lost } = await heldAfterCommit(provider, deployment, params);
       process.kill(deployment.pid, 'SIGSTOP');
       await provider.release();
       await deployment.kill();

@@ -8,21 +8,13 @@ import { IdempotencyErrorType, idempotencyErrorOf } from 'mcp-request-idempotenc
 import { callTool } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ERAS } from '../demo/processes/launch.js';
-import {
-  REDIS_SKIP_REASON,
-  startRedis,
-  type TestRedis,
-  uniqueKeyPrefix,
-} from '../demo/processes/redis-server.js';
+import { REDIS_SKIP_REASON, type TestRedis, uniqueKeyPrefix } from '../demo/processes/redis-server.js';
+import { redisForFile } from './support/backends.js';
 import { connectHttp, connectHttpClient, type HttpInstance, startHttpInstance } from './support/http.js';
 import { describeSepCases, textOf } from './support/sep-cases.js';
 import { describeTwoInstances } from './support/two-instances.js';
 
-const redis = await startRedis();
-if (!redis) console.warn(REDIS_SKIP_REASON);
-afterAll(async () => {
-  await redis?.stop();
-});
+const redis = await redisForFile();
 
 function server(): TestRedis {
   if (!redis) throw new Error(REDIS_SKIP_REASON);

@@ -19,9 +19,10 @@ import {
 import { callTool, MODERN_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { PostgresIdempotencyStore, postgresTransaction } from 'mcp-request-idempotency/postgres';
 import { installIdempotencyGuard } from 'mcp-request-idempotency/sdk-v2';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../demo/processes/postgres-server.js';
+import { POSTGRES_SKIP_REASON, uniqueTablePrefix } from '../demo/processes/postgres-server.js';
+import { postgresForFile } from './support/backends.js';
 
 const closers: Array<() => Promise<void>> = [];
 afterEach(async () => {
@@ -112,11 +113,7 @@ describe('a tool that honours the cancellation of its request', () => {
   });
 });
 
-const postgres = await startPostgres();
-if (!postgres) console.warn(POSTGRES_SKIP_REASON);
-afterAll(async () => {
-  await postgres?.stop();
-});
+const postgres = await postgresForFile();
 
 describe.skipIf(!postgres)('a transactional tool that cannot get its transaction', () => {
   it('answers that the store is unavailable and records nothing: the retry, with the store back, executes once', async () => {

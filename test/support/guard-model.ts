@@ -518,6 +518,18 @@ export interface RealSystemOptions {
   close(): Promise<void>;
 }
 
+/** `storeFor` where each caller's server has a store of its own (its own connection or file handle). */
+export function storeOfEach(stores: readonly IdempotencyStore[]): (caller: number) => IdempotencyStore {
+  return (caller) => {
+    const store = stores[caller];
+    if (!store) throw new Error(`no store for caller ${caller}`);
+    return store;
+  };
+}
+
+/** The timing of a store across a connection: each answer takes a real round trip or two. */
+export const CONNECTED_STORE_TIMING = { settleMs: 2, deadlineMs: 2_000 } as const;
+
 export async function startRealSystem(options: RealSystemOptions): Promise<RealSystem> {
   const ledger = new GatedLedger();
   const connections: InProcessConnection[] = [];
@@ -774,11 +786,18 @@ class Release implements Command {
   }
 }
 
-class Advance implements Command {
-  constructor(readonly ms: number) {}
-
+/** A command possible in any state: time passing, the wall clock stepping, a reset. */
+abstract class AnyTime implements Command {
   check(): boolean {
     return true;
+  }
+
+  abstract run(model: GuardModel, real: RealSystem): Promise<void>;
+}
+
+class Advance extends AnyTime {
+  constructor(readonly ms: number) {
+    super();
   }
 
   async run(model: GuardModel, real: RealSystem): Promise<void> {
@@ -788,16 +807,14 @@ class Advance implements Command {
     await checkInvariants(model, real);
   }
 
-  toString(): string {
+  override toString(): string {
     return `${this.ms} ms pass`;
   }
 }
 
-class StepWallClock implements Command {
-  constructor(readonly ms: number) {}
-
-  check(): boolean {
-    return true;
+class StepWallClock extends AnyTime {
+  constructor(readonly ms: number) {
+    super();
   }
 
   async run(model: GuardModel, real: RealSystem): Promise<void> {
@@ -810,16 +827,14 @@ class StepWallClock implements Command {
     await checkInvariants(model, real);
   }
 
-  toString(): string {
+  override toString(): string {
     return `the wall clock steps ${this.ms} ms forward, and no time passes`;
   }
 }
 
-class Reset implements Command {
-  constructor(readonly caller: number) {}
-
-  check(): boolean {
-    return true;
+class Reset extends AnyTime {
+  constructor(readonly caller: number) {
+    super();
   }
 
   async run(model: GuardModel, real: RealSystem): Promise<void> {
@@ -830,7 +845,7 @@ class Reset implements Command {
     await checkInvariants(model, real);
   }
 
-  toString(): string {
+  override toString(): string {
     return `${CALLERS[this.caller]?.name} calls reset_ledger`;
   }
 }

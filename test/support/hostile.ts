@@ -235,7 +235,30 @@ export function rssMiB(pid: number): number {
   return Number(match[1]) / 1024;
 }
 
-/** POSTs `body` (a string, sent as is) to an MCP endpoint the way a conforming client would. */
+// --- Requests over HTTP, sent as they are ---
+
+/**
+ * POSTs `body` (a string, sent as is) to an MCP endpoint with the two headers every client request
+ * carries, and `headers` besides; given `timeoutMs`, gives up after it.
+ */
+export function postMcp(
+  url: URL,
+  body: string,
+  headers: Record<string, string> = {},
+  timeoutMs?: number,
+): Promise<Response> {
+  return fetch(url, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+      ...headers,
+    },
+    body,
+    signal: timeoutMs === undefined ? undefined : AbortSignal.timeout(timeoutMs),
+  });
+}
+
 /**
  * POSTs `body` as it is and returns the status and the JSON-RPC answer's text. The SDK answers a
  * 2025-era request as a one-event SSE stream; the answer is that event's data, byte for byte.
@@ -245,16 +268,7 @@ export async function postRaw(
   body: string,
   headers: Record<string, string> = {},
 ): Promise<{ status: number; text: string }> {
-  const response = await fetch(url, {
-    method: 'POST',
-    headers: {
-      'content-type': 'application/json',
-      accept: 'application/json, text/event-stream',
-      ...headers,
-    },
-    body,
-    signal: AbortSignal.timeout(10_000),
-  });
+  const response = await postMcp(url, body, headers, 10_000);
   return { status: response.status, text: await jsonRpcText(response) };
 }
 

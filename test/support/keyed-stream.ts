@@ -2,9 +2,11 @@
 // well-behaved client does while part of the system is down. The fault tests run one while
 // they kill Redis (or one master of a cluster), then check that nothing was charged twice.
 
+import { randomUUID } from 'node:crypto';
 import type { Client } from '@modelcontextprotocol/client';
 import { IdempotencyErrorType, idempotencyErrorOf } from 'mcp-request-idempotency';
 import { callTool } from 'mcp-request-idempotency/client';
+import { sleep } from '../../demo/processes/bounds.js';
 
 /** One logical operation of the stream: its own key and its own amount, so a charge names it. */
 export interface Operation {
@@ -70,4 +72,42 @@ export async function chargeEach<Op extends Operation>(
       }
     }
   }
+}
+
+/** A stream under way: its operations, every call sent so far, and the means to wait for its end. */
+export interface Stream {
+  operations: Operation[];
+  attempts: Attempt[];
+  /** How many operations have been answered with their charge so far. */
+  charged(): number;
+  /** Resolves when every operation is answered; past `withinMs`, rejects saying how far it got. */
+  finished(withinMs: number): Promise<void>;
+}
+
+/**
+ * Starts a stream of `count` operations (amounts 1 to `count`, each under its own key), charged by
+ * `workers` workers (see `chargeEach`) over `clients`.
+ */
+export function streamCharges(count: number, clients: readonly Client[], workers: number): Stream {
+  const operations: Operation[] = Array.from({ length: count }, (_, i) => ({
+    amount: i + 1,
+    idempotencyKey: randomUUID(),
+  }));
+  const attempts: Attempt[] = [];
+  const queue = [...operations];
+  const running = Array.from({ length: workers }, (_, w) => chargeEach(queue, clients, w, attempts));
+  const charged = () => attempts.filter((a) => a.outcome === 'charged').length;
+  return {
+    operations,
+    attempts,
+    charged,
+    finished: async (withinMs) => {
+      await Promise.race([
+        Promise.all(running),
+        sleep(withinMs).then(() => {
+          throw new Error(`the stream did not finish: ${charged()} of ${count} answered`);
+        }),
+      ]);
+    },
+  };
 }

@@ -20,6 +20,18 @@ import { promisify } from 'node:util';
 const run = promisify(execFile);
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
+/** The 2026-07-28 conformance suite's CLI (the 0.2 line, installed in test/interop): it wants this Node. */
+export const CONFORMANCE_2026_CLI = join(
+  ROOT,
+  'test',
+  'interop',
+  'node_modules',
+  '@modelcontextprotocol',
+  'conformance-2026',
+  'dist',
+  'index.js',
+);
+
 /** `fs.globSync`, which the suite imports at top level, arrived in Node 22. */
 const MIN_MAJOR = 22;
 

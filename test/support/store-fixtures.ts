@@ -59,3 +59,19 @@ export async function expectUnavailableWithin(ms: number, action: () => Promise<
   await expect(action()).rejects.toBeInstanceOf(StoreUnavailableError);
   expect(performance.now() - started).toBeLessThan(ms);
 }
+
+/**
+ * `store`, but its `renew` extends no lease and answers `answer`: false for an instance that died
+ * (its renewal timer never fires; a late completion still arrives), true for a store that says it
+ * renewed and did not, the lease running out all the same.
+ */
+export function neverRenewing(store: IdempotencyStore, answer: boolean): IdempotencyStore {
+  return {
+    claim: (id, fingerprint, leaseMs) => store.claim(id, fingerprint, leaseMs),
+    complete: (ticket, response, retentionMs) => store.complete(ticket, response, retentionMs),
+    awaitInput: (ticket, response, retentionMs) => store.awaitInput(ticket, response, retentionMs),
+    release: (ticket) => store.release(ticket),
+    renew: () => Promise.resolve(answer),
+    clear: () => store.clear(),
+  };
+}
