@@ -7,9 +7,10 @@ export default defineConfig({
   test: {
     // The interop tests run the frameworks installed in test/interop/ (`npm test` installs them first).
     include: ['test/**/*.test.ts'],
-    // Every end-to-end test spawns real server processes; give a slow CI machine room.
+    // Every end-to-end test spawns real server processes; give a slow CI machine room. A hook may
+    // start two or three at once, each allowed START_TIMEOUT_MS (demo/processes/bounds.ts).
     testTimeout: 30_000,
-    hookTimeout: 30_000,
+    hookTimeout: 60_000,
     // The files wait on the processes they start more than they compute, so two run at once even
     // on two cores (vitest's default there is one): 723 s for the suite instead of 1,202 s.
     maxWorkers: Math.max(2, availableParallelism() - 1),
