@@ -17,6 +17,8 @@ export const BOTH_LINES: Record<string, string> = {
   'test/sqlite-store.test.ts': 'the SQLite store on its driver, processes racing on one file',
   'test/store-contract.test.ts': 'the store contract on the SQLite driver (and every store)',
   'test/model.test.ts': 'the guard against the model, on memory and SQLite',
+  // V8's Unicode: String.prototype.isWellFormed and the \p{Cc} the key's rule reads.
+  'test/key.test.ts': "keys of every shape, on that line's V8",
   // The execution context rides AsyncLocalStorage, which Node 24 rebuilt on AsyncContextFrame.
   'test/execution.test.ts': "the execution context a tool sees, through the guard's async hops",
   'test/guard.test.ts': 'the guard in process, on both SDK lines',

@@ -20,18 +20,26 @@ export function checkIdempotencyKey(raw: unknown): KeyCheck {
     return { ok: false, message: Messages.keyNotString(describeType(raw)) };
   }
   if (raw.length === 0) return { ok: false, message: Messages.keyEmpty };
-  // Two UTF-16 units per code point at most: anything longer is too long without counting.
-  if (raw.length > 2 * MAX_IDEMPOTENCY_KEY_LENGTH) {
-    return { ok: false, message: Messages.keyTooLong(MAX_IDEMPOTENCY_KEY_LENGTH, raw.length) };
-  }
   if (!raw.isWellFormed()) return { ok: false, message: Messages.keyLoneSurrogate };
-  const codePoints = raw.length > MAX_IDEMPOTENCY_KEY_LENGTH ? [...raw].length : raw.length;
-  if (codePoints > MAX_IDEMPOTENCY_KEY_LENGTH) {
-    return { ok: false, message: Messages.keyTooLong(MAX_IDEMPOTENCY_KEY_LENGTH, codePoints) };
+  // Lengths and places are counted in characters (code points), as the limit is, never in the
+  // UTF-16 units a JavaScript string is made of: a client in another language counts the former.
+  const length = raw.length > MAX_IDEMPOTENCY_KEY_LENGTH ? codePoints(raw, raw.length) : raw.length;
+  if (length > MAX_IDEMPOTENCY_KEY_LENGTH) {
+    return { ok: false, message: Messages.keyTooLong(MAX_IDEMPOTENCY_KEY_LENGTH, length) };
   }
   const control = CONTROL_CHARACTER.exec(raw);
-  if (control) return { ok: false, message: Messages.keyControlCharacter(control.index) };
+  if (control) return { ok: false, message: Messages.keyControlCharacter(codePoints(raw, control.index)) };
   return { ok: true, key: raw };
+}
+
+/** How many code points the first `units` UTF-16 units of well-formed `text` hold. */
+function codePoints(text: string, units: number): number {
+  let count = units;
+  for (let i = 0; i < units; i++) {
+    const unit = text.charCodeAt(i);
+    if (unit >= 0xd800 && unit <= 0xdbff) count--; // a high surrogate: its pair is one code point
+  }
+  return count;
 }
 
 function describeType(value: unknown): string {
