@@ -15,13 +15,12 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { sleep, waitUntil } from '../demo/processes/bounds.js';
 import { ERAS } from '../demo/processes/launch.js';
 import {
-  commandsDuring,
   REDIS_CLUSTER_SKIP_REASON,
   startRedisCluster,
-  type TestRedis,
   type TestRedisCluster,
-  uniqueKeyPrefix,
-} from '../demo/processes/redis-server.js';
+} from '../demo/processes/redis-cluster.js';
+import { commandsDuring } from '../demo/processes/redis-commands.js';
+import { type TestRedis, uniqueKeyPrefix } from '../demo/processes/redis-server.js';
 import { MemoryLedger } from '../ledger.js';
 import { connectHttp } from './support/http.js';
 import { connectInProcess, type InProcessConnection } from './support/in-process.js';

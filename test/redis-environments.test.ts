@@ -17,12 +17,10 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { START_TIMEOUT_MS, sleep, waitUntil } from '../demo/processes/bounds.js';
 import {
   REDIS_CLUSTER_SKIP_REASON,
-  REDIS_SKIP_REASON,
-  startRedis,
   startRedisCluster,
-  type TestRedis,
   type TestRedisCluster,
-} from '../demo/processes/redis-server.js';
+} from '../demo/processes/redis-cluster.js';
+import { REDIS_SKIP_REASON, startRedis, type TestRedis } from '../demo/processes/redis-server.js';
 import type { Ledger } from '../ledger.js';
 import { connectInProcess, type InProcessConnection } from './support/in-process.js';
 

@@ -8,12 +8,11 @@ import type { RecordId } from 'mcp-request-idempotency';
 import { callTool } from 'mcp-request-idempotency/client';
 import { RedisIdempotencyStore } from 'mcp-request-idempotency/redis';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { REDIS_CLUSTER_SKIP_REASON, startRedisCluster } from '../demo/processes/redis-cluster.js';
+import { commandsDuring } from '../demo/processes/redis-commands.js';
 import {
-  commandsDuring,
-  REDIS_CLUSTER_SKIP_REASON,
   REDIS_SKIP_REASON,
   startRedis,
-  startRedisCluster,
   type TestRedis,
   uniqueKeyPrefix,
 } from '../demo/processes/redis-server.js';

@@ -16,8 +16,8 @@ import {
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { RedisLedger } from '../demo/hosting/ledgers/redis.js';
 import { waitUntil } from '../demo/processes/bounds.js';
+import { commandsDuring as commandsDuringOn } from '../demo/processes/redis-commands.js';
 import {
-  commandsDuring as commandsDuringOn,
   REDIS_SKIP_REASON,
   startRedis,
   type TestRedis,

@@ -15,13 +15,8 @@ import { SqliteIdempotencyStore } from 'mcp-request-idempotency/sqlite';
 import { afterAll, expect } from 'vitest';
 import { POSTGRES_STATEMENT_TIMEOUT_MS } from '../demo/processes/bounds.js';
 import { POSTGRES_SKIP_REASON, startPostgres, uniqueTablePrefix } from '../demo/processes/postgres-server.js';
-import {
-  REDIS_CLUSTER_SKIP_REASON,
-  REDIS_SKIP_REASON,
-  startRedis,
-  startRedisCluster,
-  uniqueKeyPrefix,
-} from '../demo/processes/redis-server.js';
+import { REDIS_CLUSTER_SKIP_REASON, startRedisCluster } from '../demo/processes/redis-cluster.js';
+import { REDIS_SKIP_REASON, startRedis, uniqueKeyPrefix } from '../demo/processes/redis-server.js';
 import { describeStoreContract } from './support/store-contract.js';
 import { FINGERPRINT, LEASE_MS, newId } from './support/store-fixtures.js';
 import { describeTransactionalContract } from './support/transactional-contract.js';

@@ -5,8 +5,7 @@
 // need that), so every Redis test runs. Otherwise `REDIS_URL`, if set, is shared: tests only
 // touch keys under their own unique prefix, and the ones that must crash Redis skip. With
 // neither, `startRedis` returns undefined and the file skips its Redis tests, saying why.
-// `startRedisCluster` starts a private three-master Redis Cluster the same way (it needs
-// `redis-cli` too, to create the cluster), or returns undefined.
+// A cluster of them is redis-cluster.ts; the commands one receives, redis-commands.ts.
 
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -68,7 +67,7 @@ export async function startRedis(options: RedisOptions = {}): Promise<TestRedis 
   }
 }
 
-async function withAdmin(url: string, server: PrivateRedis | undefined): Promise<TestRedis> {
+export async function withAdmin(url: string, server: PrivateRedis | undefined): Promise<TestRedis> {
   const admin: RedisClientType = createClient({
     url,
     // Reconnects quickly after the fail-closed tests restart the server.
@@ -109,7 +108,7 @@ async function withAdmin(url: string, server: PrivateRedis | undefined): Promise
   };
 }
 
-class PrivateRedis {
+export class PrivateRedis {
   private child: ReturnType<typeof spawn> | undefined;
   private output = '';
   private readonly killOnExit = () => this.child?.kill('SIGKILL');
@@ -217,200 +216,8 @@ class PrivateRedis {
   }
 }
 
-// --- A Redis Cluster for tests: three masters on loopback ---
-
-export const REDIS_CLUSTER_SKIP_REASON =
-  'Redis Cluster tests skipped: install redis-server and redis-cli (Debian: redis-server, which brings redis-tools)';
-
-/** A cluster node listens on its port and talks to its peers on this much higher (the cluster bus). */
-const CLUSTER_BUS_OFFSET = 10_000;
-
-/** Creating the cluster (slots assigned, nodes meeting over the bus) takes a few seconds. */
-const CLUSTER_WAIT_MS = 20_000;
-
-export interface TestRedisCluster {
-  /** One URL per master: the seeds a cluster client starts from. */
-  urls: string[];
-  /**
-   * The masters, each with an admin connection to that node only (a key it does not serve is
-   * answered MOVED). `restart` also waits until the whole cluster says `cluster_state:ok`.
-   */
-  nodes: TestRedis[];
-  /** The master that serves `key` now: its slot (CLUSTER KEYSLOT), then the slot map. */
-  nodeOf(key: string): Promise<TestRedis>;
-  /** Stops every node. */
-  stop(): Promise<void>;
-}
-
-export interface ClusterOptions {
-  /**
-   * Persist every write before answering it (AOF, fsync always), so a node killed and
-   * restarted comes back with every record it acknowledged: what a deployment that must never
-   * execute twice runs. Off, a restarted node comes back empty.
-   */
-  appendOnly?: boolean;
-  /** More `redis-server` arguments for every node (see `RedisOptions`). */
-  args?: readonly string[];
-}
-
-/** Three masters, no replicas, every slot assigned, or undefined without redis-server and redis-cli. */
-export async function startRedisCluster(options: ClusterOptions = {}): Promise<TestRedisCluster | undefined> {
-  const binary = findOnPath('redis-server');
-  const cli = findOnPath('redis-cli');
-  if (!binary || !cli) return undefined;
-  const args = [
-    ...['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf'],
-    ...(options.appendOnly ? ['--appendonly', 'yes', '--appendfsync', 'always'] : []),
-    ...(options.args ?? []),
-  ];
-  const servers: PrivateRedis[] = [];
-  const nodes: TestRedis[] = [];
-  const stop = async () => {
-    await Promise.all(nodes.map((node) => node.stop()));
-    await Promise.all(servers.slice(nodes.length).map((server) => server.stop()));
-  };
-  try {
-    for (const port of await freeClusterPorts(3))
-      servers.push(await PrivateRedis.start(binary, { port, args }));
-    for (const server of servers) nodes.push(await withAdmin(server.url, server));
-    await run(cli, [
-      ...['--cluster', 'create', ...servers.map((server) => `127.0.0.1:${server.port}`)],
-      ...['--cluster-replicas', '0', '--cluster-yes'],
-    ]);
-    const clusterOk = () =>
-      waitUntil(
-        async () => (await clusterStates(nodes)).every((state) => state === 'ok'),
-        CLUSTER_WAIT_MS,
-        100,
-      );
-    await clusterOk();
-    const masters = nodes.map((node) => ({
-      ...node,
-      restart: async () => {
-        await node.restart();
-        // A master that restarts refuses commands (CLUSTERDOWN) for its first 2 s: until then
-        // it is not back, whatever PING says.
-        await clusterOk();
-      },
-    }));
-    return {
-      urls: masters.map((node) => node.url),
-      nodes: masters,
-      async nodeOf(key) {
-        const [asked] = masters.filter((node) => node.admin.isReady);
-        if (!asked) throw new Error('no cluster node is reachable');
-        const slot = await asked.admin.clusterKeySlot(key);
-        const range = (await asked.admin.clusterSlots()).find(({ from, to }) => from <= slot && slot <= to);
-        const node = masters.find((candidate) => candidate.url === `redis://127.0.0.1:${range?.master.port}`);
-        if (!node) throw new Error(`no master serves slot ${slot}`);
-        return node;
-      },
-      stop,
-    };
-  } catch (error) {
-    await stop();
-    throw error;
-  }
-}
-
-/** Each node's `cluster_state` (ok or fail), or `down` for a node that does not answer. */
-async function clusterStates(nodes: TestRedis[]): Promise<string[]> {
-  return Promise.all(
-    nodes.map(async (node) => {
-      const info = await node.admin.clusterInfo().catch(() => '');
-      return /cluster_state:(\w+)/.exec(String(info))?.[1] ?? 'down';
-    }),
-  );
-}
-
-/** `count` free loopback ports whose cluster bus ports are free too, none of them the same. */
-async function freeClusterPorts(count: number): Promise<number[]> {
-  const ports: number[] = [];
-  const taken = new Set<number>();
-  for (let attempt = 0; ports.length < count; attempt++) {
-    if (attempt === 100) throw new Error(`no ${count} free loopback ports with free cluster bus ports`);
-    const port = await freePort();
-    const bus = port + CLUSTER_BUS_OFFSET;
-    if (bus > 65_535 || taken.has(port) || taken.has(bus) || !(await isFree(bus))) continue;
-    ports.push(port);
-    taken.add(port).add(bus);
-  }
-  return ports;
-}
-
-/** Runs `command` to its end, within CLUSTER_WAIT_MS; rejects with its output if it fails. */
-async function run(command: string, args: string[]): Promise<void> {
-  const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  let output = '';
-  child.stdout?.on('data', (chunk: Buffer) => {
-    output += chunk.toString();
-  });
-  child.stderr?.on('data', (chunk: Buffer) => {
-    output += chunk.toString();
-  });
-  const timer = setTimeout(() => child.kill('SIGKILL'), CLUSTER_WAIT_MS);
-  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
-  clearTimeout(timer);
-  if (code !== 0) throw new Error(`${command} ${args.join(' ')} exited with ${code}:\n${output}`);
-}
-
-// --- Round trips, as Redis receives them ---
-
-export interface SeenCommands<T> {
-  /** The commands clients sent (names, upper case), every node's together. */
-  commands: string[];
-  /** The same, node by node, in the order the admin connections were given. */
-  perNode: string[][];
-  value: T;
-}
-
-/**
- * The commands Redis received from clients, naming `keyText`, while `action` ran: one per round
- * trip, on each node of `admins` (one Redis, or every master of a cluster). MONITOR rather than
- * INFO commandstats, which also counts the commands a Lua script runs inside its single round
- * trip, and every other client of a shared server.
- */
-export async function commandsDuring<T>(
-  admins: readonly RedisClientType[],
-  keyText: string,
-  action: () => Promise<T>,
-): Promise<SeenCommands<T>> {
-  const monitors: Array<{ admin: RedisClientType; monitor: RedisClientType; lines: string[] }> = [];
-  // A keyless command as the marker: any node runs it (a key of another node's slot is refused).
-  const marker = `sep3182-marker:${randomUUID()}`;
-  let value: T;
-  try {
-    for (const admin of admins) {
-      const monitor = admin.duplicate();
-      monitor.on('error', () => {});
-      const lines: string[] = [];
-      monitors.push({ admin, monitor, lines });
-      await monitor.connect();
-      // e.g. 1700000000.123456 [0 127.0.0.1:46672] "EVAL" "…" "3" "sep3182-test:…"; `[0 lua]` inside a script
-      await monitor.monitor((line) => lines.push(line));
-    }
-    value = await action();
-    // MONITOR streams behind the commands; once a later marker shows, all of the action's have.
-    for (const { admin, lines } of monitors) {
-      await admin.echo(marker);
-      await waitUntil(async () => lines.some((line) => line.includes(marker)));
-    }
-  } finally {
-    for (const { monitor } of monitors) monitor.destroy();
-  }
-  const perNode = monitors.map(({ lines }) =>
-    lines.flatMap((line) => {
-      const [, source, command] = /^\S+ \[\d+ ([^\]]+)\] "([^"]+)"/.exec(line) ?? [];
-      return source !== 'lua' && command && line.includes(keyText) && !line.includes(marker)
-        ? [command.toUpperCase()]
-        : [];
-    }),
-  );
-  return { commands: perNode.flat(), perNode, value };
-}
-
 /** Asks the OS for a free loopback port. Another process could take it before Redis binds; rare enough. */
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   const server = createServer();
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -423,7 +230,7 @@ async function freePort(): Promise<number> {
 }
 
 /** True if nothing listens on loopback `port` now. */
-async function isFree(port: number): Promise<boolean> {
+export async function isFree(port: number): Promise<boolean> {
   const server = createServer();
   const bound = await new Promise<boolean>((resolve) => {
     server.once('error', () => resolve(false));
@@ -452,7 +259,7 @@ function ping(port: number): Promise<boolean> {
   });
 }
 
-function findOnPath(command: string): string | undefined {
+export function findOnPath(command: string): string | undefined {
   for (const dir of (process.env.PATH ?? '').split(delimiter)) {
     if (!dir) continue;
     const candidate = join(dir, command);

@@ -5,7 +5,8 @@
 // `commandsDuring`, with MONITOR: a command a script runs inside Redis is no round trip of its own,
 // the tool's ledger keys are not the guard's, and other traffic on a shared Redis does not leak in).
 
-import { commandsDuring, type TestRedis } from '../../demo/processes/redis-server.js';
+import { commandsDuring } from '../../demo/processes/redis-commands.js';
+import type { TestRedis } from '../../demo/processes/redis-server.js';
 import {
   countPerDecision,
   perCall,

@@ -9,7 +9,8 @@ import { IdempotencyErrorType, idempotencyErrorOf } from 'mcp-request-idempotenc
 import { callTool, MODERN_PROTOCOL_VERSION } from 'mcp-request-idempotency/client';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { balanceOf, ERAS, postModern, resetLedger } from '../../demo/processes/launch.js';
-import { commandsDuring, uniqueKeyPrefix } from '../../demo/processes/redis-server.js';
+import { commandsDuring } from '../../demo/processes/redis-commands.js';
+import { uniqueKeyPrefix } from '../../demo/processes/redis-server.js';
 import { jsonRpcText } from './hostile.js';
 import { connectHttpClient, type HttpInstance, startHttpInstance } from './http.js';
 import { textOf } from './sep-cases.js';

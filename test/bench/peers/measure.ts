@@ -31,7 +31,7 @@ import {
   MemoryIdempotencyStore,
 } from 'mcp-request-idempotency';
 import { closeRedis, connectRedis, RedisIdempotencyStore } from 'mcp-request-idempotency/redis';
-import { commandsDuring } from '../../../demo/processes/redis-server.js';
+import { commandsDuring } from '../../../demo/processes/redis-commands.js';
 import { AMOUNT, chargeResult, TOOL, WrongAnswerError } from '../calls.js';
 import {
   answerIfMain,
