@@ -6,7 +6,7 @@ import { createServer, request, type Server } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ProviderLedger } from '../demo/hosting/ledgers/provider.js';
 import { startProvider } from '../demo/payment-provider/api.js';
-import type { RunningProvider } from '../demo/payment-provider/wire.js';
+import type { RunningProvider } from '../demo/payment-provider/provider-wire.js';
 
 const PREFIX = '/pay/v1';
 

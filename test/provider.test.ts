@@ -7,7 +7,7 @@
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startProvider } from '../demo/payment-provider/api.js';
-import { ERROR_TYPES } from '../demo/payment-provider/wire.js';
+import { ERROR_TYPES } from '../demo/payment-provider/provider-wire.js';
 import { sleep, waitUntil } from '../demo/processes/bounds.js';
 import {
   PROVIDER_IMPLEMENTATIONS,

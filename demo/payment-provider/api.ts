@@ -11,8 +11,8 @@
 //
 // or, embedded: `const provider = await startProvider({ port: 0 })`, then `provider.close()`.
 //
-// This file starts it; the algorithm is `Provider.perform` (provider.ts), the wire's limits, errors
-// and shapes are wire.ts, and reading requests and writing answers is http.ts.
+// This file starts it; the algorithm is `Provider.perform` (algorithm.ts), the wire's limits, errors
+// and shapes are provider-wire.ts, and reading requests and writing answers is requests.ts.
 //
 // What a stand-in may skip and a real provider must not (don't copy these three):
 // - An in-progress record here never expires: it lives in this process with the request it marks,
@@ -29,15 +29,15 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { sendError } from './http.js';
-import { Provider } from './provider.js';
+import { Provider } from './algorithm.js';
 import {
   DEFAULT_KEY_RETENTION_SECONDS,
   ERROR_TYPES,
   MESSAGES,
   type ProviderOptions,
   type RunningProvider,
-} from './wire.js';
+} from './provider-wire.js';
+import { sendError } from './requests.js';
 
 // --- Running it: embedded, or as a process ---
 

@@ -9,17 +9,6 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CHARGE_LIMIT, declineMessage, declines } from '../../ledger.js';
 import {
-  idempotencyKeyOf,
-  isRoute,
-  jsonAnswer,
-  parseFault,
-  parseOperation,
-  readBody,
-  send,
-  sendError,
-  sendJson,
-} from './http.js';
-import {
   type Answer,
   type Commit,
   ERROR_TYPES,
@@ -36,7 +25,18 @@ import {
   RETRY_AFTER_SECONDS,
   ROUTES,
   SWEEP_INTERVAL_MS,
-} from './wire.js';
+} from './provider-wire.js';
+import {
+  idempotencyKeyOf,
+  isRoute,
+  jsonAnswer,
+  parseFault,
+  parseOperation,
+  readBody,
+  send,
+  sendError,
+  sendJson,
+} from './requests.js';
 
 export class Provider {
   private balance = 0;

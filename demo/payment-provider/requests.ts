@@ -14,7 +14,7 @@ import {
   type QueuedFault,
   ROUTES,
   type RoutePath,
-} from './wire.js';
+} from './provider-wire.js';
 
 // --- Reading a request: the key, the body, its fingerprint ---
 
