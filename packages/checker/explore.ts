@@ -825,7 +825,10 @@ export async function explore(run: Run, counter: Counter, options: ExploreOption
   let firstSteps = 0;
   let shrinkRuns = 0;
   let stop = false;
-  const deadline = options.timeLimitMs === undefined ? Infinity : performance.now() + options.timeLimitMs;
+  const limit = options.timeLimitMs;
+  const deadline = limit === undefined ? Infinity : performance.now() + limit;
+  // Shrinking re-runs histories as long as the first; with a time limit it gets that long again.
+  let shrinkDeadline = Infinity;
   const property = fc.asyncProperty(arbitraries(run, options, maxKeyLength), async (history) => {
     if (stop || run.broken) return true;
     if (!found && performance.now() > deadline) {
@@ -838,6 +841,13 @@ export async function explore(run: Run, counter: Counter, options: ExploreOption
     }
     if (found) {
       if (shrinkRuns >= SHRINK_RUNS) return true;
+      if (performance.now() > shrinkDeadline) {
+        if (!notes.some((note) => note.startsWith('stopped shrinking')))
+          notes.push(
+            `stopped shrinking after ${Math.round(limit ?? 0) / 1000} s: a smaller history may break the rule too (pass --budget to shrink it all the way)`,
+          );
+        return true;
+      }
       shrinkRuns += 1;
     } else exploration.histories += 1;
     const keys = keysFor(history.shapes, usedKeys);
@@ -868,7 +878,10 @@ export async function explore(run: Run, counter: Counter, options: ExploreOption
     if (!finding) return true;
     // Shrinking keeps to the rule first broken: a smaller history that breaks another proves another thing.
     if (found && finding.rule !== found.finding.rule) return true;
-    if (!found) firstSteps = history.steps.length;
+    if (!found) {
+      firstSteps = history.steps.length;
+      if (limit !== undefined) shrinkDeadline = performance.now() + limit;
+    }
     found = { finding, transcript: ctx.transcript, steps: history.steps.length };
     return false;
   });
