@@ -198,6 +198,8 @@ describe('a race found with no --slow-arguments, whatever the seed', () => {
         String(seed),
         '--budget',
         '30',
+        '--timeout-ms',
+        '30000',
       ];
       const run = await runChecker([
         ...stdioServer('test/fixtures/checker/flawed.ts', 'in-progress-race'),
@@ -223,6 +225,7 @@ describe('an equivalence flaw is named by its rule, whichever call of the two wa
     const run = await runChecker([
       ...stdioServer('test/fixtures/checker/number-spelling.ts'),
       ...['--tool', 'charge', '--arguments', '{"amount":1,"note":"café"}', '--seed', '2', '--budget', '30'],
+      ...['--timeout-ms', '30000'],
     ]);
     const { failure } = exploration(run);
     expect(failure?.transcript[0]).toMatch(/"arguments":\{"amount":1\.0,.*"idempotencyKey":/);
@@ -239,6 +242,8 @@ describe('against the demo server', () => {
       'charge_guarded',
       '--arguments',
       '{"amount":1}',
+      '--timeout-ms',
+      '30000',
     ]);
     expect([...run.checks.values()].filter((c) => c.status === 'failed' || c.status === 'warned')).toEqual(
       [],
