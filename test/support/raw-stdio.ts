@@ -50,9 +50,15 @@ export class RawStdioPeer {
     createInterface({ input: child.stderr }).on('line', (line) => this.stderrLines.push(line));
   }
 
-  /** Spawns server.ts with `args` and completes the 2025-11-25 initialize handshake by hand. */
-  static async start(args: string[] = []): Promise<{ peer: RawStdioPeer; initialize: RawAnswer }> {
-    const peer = new RawStdioPeer(RawStdioPeer.spawn(args));
+  /**
+   * Spawns server.ts with `args` (Node with `nodeFlags`, after tsx) and completes the 2025-11-25
+   * initialize handshake by hand.
+   */
+  static async start(
+    args: string[] = [],
+    nodeFlags: string[] = [],
+  ): Promise<{ peer: RawStdioPeer; initialize: RawAnswer }> {
+    const peer = new RawStdioPeer(RawStdioPeer.spawn(args, nodeFlags));
     const initialize = await peer.request('initialize', {
       protocolVersion: '2025-11-25',
       capabilities: {},
@@ -66,15 +72,15 @@ export class RawStdioPeer {
    * Spawns server.ts with `args` for 2026-07-28: no handshake; every request `request` builds
    * carries the envelope, and the first one picks the era.
    */
-  static startModern(args: string[] = []): RawStdioPeer {
-    return new RawStdioPeer(RawStdioPeer.spawn(args), MODERN_ENVELOPE);
+  static startModern(args: string[] = [], nodeFlags: string[] = []): RawStdioPeer {
+    return new RawStdioPeer(RawStdioPeer.spawn(args, nodeFlags), MODERN_ENVELOPE);
   }
 
-  private static spawn(args: string[]): ChildProcessWithoutNullStreams {
+  private static spawn(args: string[], nodeFlags: string[] = []): ChildProcessWithoutNullStreams {
     // Each decision line written at once, as the launchers do (demo/processes/launch.ts): the tests read them.
     return spawn(
       process.execPath,
-      ['--import', 'tsx', join(ROOT, 'server.ts'), '--log-flush-ms', '0', ...args],
+      ['--import', 'tsx', ...nodeFlags, join(ROOT, 'server.ts'), '--log-flush-ms', '0', ...args],
       {
         cwd: ROOT,
       },
