@@ -111,7 +111,7 @@ function canonicalize(value: unknown, ancestors: Set<object>): string | undefine
 /**
  * Own enumerable names in UTF-16 code unit order (what `<` compares, and the default sort).
  * An insertion sort: objects in arguments have a handful of members, often already in
- * order, where it is several times faster than Array.prototype.sort.
+ * order, the case an insertion sort is made for; a large object goes to Array.prototype.sort.
  */
 function sortedKeys(value: object): string[] {
   const keys = Object.keys(value);

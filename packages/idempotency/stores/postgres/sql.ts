@@ -69,9 +69,9 @@ CREATE TABLE IF NOT EXISTS ${p}records (
   resumed_until   timestamptz,
   PRIMARY KEY (scope, idempotency_key)
 );
--- An earlier version stamped a claim with its holder's backend (holder_pid, holder_started) and
--- had a claim function that read those. Its function goes, so an instance of that version still
--- running fails its claims closed instead of reading the claims stamped here as dead; its
+-- The schema before the holder lock stamped a claim with its holder's backend (holder_pid,
+-- holder_started) and had a claim function that read those. Its function goes, so an instance on
+-- that schema still running fails its claims closed instead of reading the claims stamped here as dead; its
 -- in-progress rows, with no lock, are left to their leases. Altered only when needed: ALTER TABLE
 -- locks out every claim while it waits, and every instance runs this migration when it starts.
 DROP FUNCTION IF EXISTS ${p}claim(text, text, text, uuid, bigint, boolean, integer, timestamptz, bigint, bigint);
@@ -84,15 +84,15 @@ END $holder$;
 -- The primary key is the table's only index: the one a lookup needs, and all a claim writes. With
 -- no index on expires_at, settling a claim (which moves its expiry) rewrites no index entry
 -- either, and can be a heap-only update. The reaper finds expired rows by walking the table's
--- blocks instead (see reap). An earlier version pruned by these two; drop them once no instance
--- of that version runs, which this migration assumes.
+-- blocks instead (see reap). The schema before it pruned by these two; drop them once no instance
+-- on that schema runs, which this migration assumes.
 DROP INDEX IF EXISTS ${p}records_scope_expiry;
 DROP INDEX IF EXISTS ${p}records_expiry;
 
 -- What each scope's rows add up to, expired or not: its quota's count, read by a claim in one
 -- lookup, where counting the rows cost a claim a scan of all its caller's records. Kept by every
 -- function below, each under the scope's advisory lock, and by the reaper. Created with the counts of the rows already
--- there (a table of an earlier version); instances of an earlier version would not keep it.
+-- there (a table made before this one existed); instances on that schema would not keep it.
 DO $usage$ BEGIN
   IF to_regclass('${p}usage') IS NULL THEN
     CREATE TABLE ${p}usage (

@@ -1,6 +1,6 @@
 // --- The SQL of the SQLite store: its schema, its migrations, and every statement it runs ---
 //
-// Plain SQL, created at open or migrated from an earlier version (file.ts). The tables are named
+// Plain SQL, created at open or migrated from an older schema (file.ts). The tables are named
 // `sep3182_idem_*`, so the file may hold a server's own tables too.
 // Internal to the package: the SQLite store's own.
 
@@ -60,7 +60,7 @@ INSERT INTO sep3182_idem_schema (version) VALUES (0);`;
 
 /**
  * SQL that brings a file's schema from version i to version i + 1. One entry so far; a later
- * version appends its own, and a file of any earlier version is brought up to date at open.
+ * schema appends its own, and a file of any older schema is brought up to date at open.
  */
 export const MIGRATIONS: readonly string[] = [
   SCHEMA,

@@ -73,7 +73,7 @@
 // with the record, or neither does (transaction.ts says how, and what it costs every other claim).
 //
 // --- Schema ---
-// Plain SQL (sql.ts), created at open, or migrated from an earlier version; a file that is not a
+// Plain SQL (sql.ts), created at open, or migrated from an older schema; a file that is not a
 // SQLite database, or holds a schema this store did not write, is refused with an error that says
 // so, and never reset. The tables are named `sep3182_idem_*`, so the file may hold a server's own
 // tables too.
@@ -129,7 +129,7 @@ export { type SqliteStatements, SqliteTransaction, sqliteTransaction } from './t
 
 /**
  * How long a write waits for the file's write lock before the call fails closed. Another claim
- * holds it for tens of microseconds; a tool writing in its record's transaction, for as long as
+ * holds it for its own few statements; a tool writing in its record's transaction, for as long as
  * that tool runs after its first write (a slow charge: about a second). Five seconds outlasts any
  * tool that keeps its transaction short, and is still an answer a caller can act on ("retry
  * later, same key") rather than a hang.
