@@ -30,6 +30,7 @@ import {
   OTHER_FINGERPRINT,
   RESULT,
   RETENTION_MS,
+  replayOf,
   SHORT_MS,
 } from './support/store-fixtures.js';
 
@@ -118,11 +119,7 @@ describe.skipIf(!postgres)("a tool's writes in its record's transaction", () => 
       [id.idempotencyKey],
     );
     expect(Number(rows[0]?.expires)).toBeGreaterThanOrEqual(answered + retentionMs - 100);
-    expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
-      state: 'completed',
-      fingerprint: FINGERPRINT,
-      response: RESULT,
-    });
+    expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual(replayOf(RESULT));
     expect(await effectsOf(id)).toBe(1);
   });
 
@@ -398,10 +395,7 @@ describe.skipIf(!postgres || needsOwnServer)(
       const replay = await during(() => claim());
       expect([replay.value.state, replay.statements.length]).toStrictEqual(['completed', 1]);
       const conflict = await during(() => claim(OTHER_FINGERPRINT));
-      expect([conflict.value, conflict.statements.length]).toStrictEqual([
-        { state: 'completed', fingerprint: FINGERPRINT, response: RESULT },
-        1,
-      ]);
+      expect([conflict.value, conflict.statements.length]).toStrictEqual([replayOf(RESULT), 1]);
     });
 
     it('costs the same for a multi-round-trip call, and one statement per renew and release', async () => {
@@ -656,11 +650,7 @@ describe.skipIf(!postgres)('kept across restarts', () => {
 
     const reopened = await openStore();
 
-    expect(await reopened.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
-      state: 'completed',
-      fingerprint: FINGERPRINT,
-      response: RESULT,
-    });
+    expect(await reopened.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual(replayOf(RESULT));
   });
 
   it.skipIf(needsOwnServer)(
@@ -675,11 +665,7 @@ describe.skipIf(!postgres)('kept across restarts', () => {
       await server().restart();
 
       const reopened = await openStore();
-      expect(await reopened.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
-        state: 'completed',
-        fingerprint: FINGERPRINT,
-        response: RESULT,
-      });
+      expect(await reopened.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual(replayOf(RESULT));
     },
   );
 });

@@ -37,6 +37,7 @@ import {
   OTHER_FINGERPRINT,
   RESULT,
   RETENTION_MS,
+  replayOf,
   SHORT_MS,
 } from './store-fixtures.js';
 
@@ -160,7 +161,7 @@ export function describeStoreContract<S extends ContractStore>(
 
         const replay = await store.claim(id, FINGERPRINT, LEASE_MS);
 
-        expect(replay).toStrictEqual({ state: 'completed', fingerprint: FINGERPRINT, response: RESULT });
+        expect(replay).toStrictEqual(replayOf(RESULT));
         if (replay.state !== 'completed') throw new Error('unreachable');
         expect(JSON.stringify(replay.response)).toBe(JSON.stringify(RESULT));
       });
@@ -173,16 +174,8 @@ export function describeStoreContract<S extends ContractStore>(
         await store.complete(await claimTicket(store, withData), ERROR, RETENTION_MS);
         await store.complete(await claimTicket(store, withoutData), bare, RETENTION_MS);
 
-        expect(await store.claim(withData, FINGERPRINT, LEASE_MS)).toStrictEqual({
-          state: 'completed',
-          fingerprint: FINGERPRINT,
-          response: ERROR,
-        });
-        expect(await store.claim(withoutData, FINGERPRINT, LEASE_MS)).toStrictEqual({
-          state: 'completed',
-          fingerprint: FINGERPRINT,
-          response: bare,
-        });
+        expect(await store.claim(withData, FINGERPRINT, LEASE_MS)).toStrictEqual(replayOf(ERROR));
+        expect(await store.claim(withoutData, FINGERPRINT, LEASE_MS)).toStrictEqual(replayOf(bare));
       });
 
       it('hands a claim of a completed key under other arguments the original fingerprint, for the conflict', async () => {
@@ -294,11 +287,7 @@ export function describeStoreContract<S extends ContractStore>(
 
           expect(await store.complete(stale, RESULT, RETENTION_MS)).toBe(true);
 
-          expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
-            state: 'completed',
-            fingerprint: FINGERPRINT,
-            response: RESULT,
-          });
+          expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual(replayOf(RESULT));
         });
       } else {
         it('records nothing when a claim completes after its lease expired and nobody re-claimed', async () => {
@@ -466,11 +455,7 @@ export function describeStoreContract<S extends ContractStore>(
         if (continuation.state !== 'claimed') throw new Error(continuation.state);
         expect(await store.complete(continuation.ticket, ERROR, RETENTION_MS)).toBe(true);
 
-        expect(await store.claim(id, FINGERPRINT, LEASE_MS, true)).toStrictEqual({
-          state: 'completed',
-          fingerprint: FINGERPRINT,
-          response: ERROR,
-        });
+        expect(await store.claim(id, FINGERPRINT, LEASE_MS, true)).toStrictEqual(replayOf(ERROR));
       });
     });
 
