@@ -9,7 +9,12 @@ import { checkIdempotencyKey } from 'mcp-request-idempotency';
 import { describe, expect, it } from 'vitest';
 import { AGENT_RUN_TIMEOUT_MS } from '../../../demo/processes/bounds.js';
 import { runAgentProcess } from '../support/agent-process.js';
-import { agentTestBed, chargeKeys } from '../support/agents.js';
+import {
+  agentTestBed,
+  expectOneKeyOneCharge,
+  expectTwoKeysTwoCharges,
+  expectTwoUnkeyedCharges,
+} from '../support/agents.js';
 import type { AiSdkResult, AiSdkRun } from '../support/ai-sdk-agent.js';
 
 const bed = agentTestBed({ node24: true });
@@ -26,8 +31,7 @@ describe('the MCP client retries a tools/call answered 502 after the server ran 
         thread: 'chat-1',
         runs: 1,
       });
-      expect(await bed.balance()).toBe(200);
-      expect(chargeKeys(proxy)).toStrictEqual([undefined, undefined]);
+      await expectTwoUnkeyedCharges(bed, proxy);
       expect(answers.join()).toContain('New balance: 200');
     },
     AGENT_RUN_TIMEOUT_MS,
@@ -43,10 +47,7 @@ describe('the MCP client retries a tools/call answered 502 after the server ran 
         thread: 'chat-1',
         runs: 1,
       });
-      expect(await bed.balance()).toBe(100);
-      const [key, retried] = chargeKeys(proxy);
-      expect(checkIdempotencyKey(key)).toStrictEqual({ ok: true, key });
-      expect(retried).toBe(key);
+      await expectOneKeyOneCharge(bed, proxy);
       expect(answers.join()).toContain('New balance: 100');
       expect(warnings).toStrictEqual([]);
     },
@@ -87,8 +88,7 @@ describe('two turns of one chat that differ only in their attached invoice, an A
         runs: 2,
         invoices: ['Invoice 1: 100', 'Invoice 2: 100'],
       });
-      expect(await bed.balance()).toBe(200);
-      expect(chargeKeys(proxy)).toStrictEqual([undefined, undefined]);
+      await expectTwoUnkeyedCharges(bed, proxy);
     },
     AGENT_RUN_TIMEOUT_MS,
   );
@@ -104,10 +104,7 @@ describe('two turns of one chat that differ only in their attached invoice, an A
         runs: 2,
         invoices: ['Invoice 1: 100', 'Invoice 2: 100'],
       });
-      expect(await bed.balance()).toBe(200);
-      const [first, second] = chargeKeys(proxy);
-      expect(checkIdempotencyKey(first).ok).toBe(true);
-      expect(second).not.toBe(first);
+      await expectTwoKeysTwoCharges(bed, proxy);
       expect(answers.join()).toContain('New balance: 200');
       expect(warnings).toStrictEqual([]);
     },
@@ -125,10 +122,7 @@ describe('two turns of one chat that differ only in their attached invoice, an A
         runs: 2,
         invoices: ['Invoice 1: 100', 'Invoice 1: 100'],
       });
-      expect(await bed.balance()).toBe(100);
-      const [first, second] = chargeKeys(proxy);
-      expect(checkIdempotencyKey(first).ok).toBe(true);
-      expect(second).toBe(first);
+      await expectOneKeyOneCharge(bed, proxy);
     },
     AGENT_RUN_TIMEOUT_MS,
   );
