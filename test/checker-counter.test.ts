@@ -8,6 +8,7 @@
 
 import { describe, expect, test } from 'vitest';
 import {
+  type Counter,
   counterOf,
   describeCounter,
   executionsBetween,
@@ -49,6 +50,13 @@ const shown = (text: string, structuredContent?: Record<string, unknown>): Shown
   value: { content: [{ type: 'text', text }], ...(structuredContent && { structuredContent }) },
 });
 
+/** The counter read off two results, where a test goes on to use it: none is a failure. */
+function counterFound(first: Shown, second: Shown): Counter {
+  const counter = counterOf(first, second);
+  if (!counter) throw new Error('no counter');
+  return counter;
+}
+
 describe('reading the effect the way a person would', () => {
   test('structuredContent first: a timestamp in the text is not read while the balance is there', () => {
     const counter = counterOf(
@@ -60,16 +68,14 @@ describe('reading the effect the way a person would', () => {
 
   test('a balance written with its thousands grouped reads as one number, across 1,000', () => {
     const [a, b] = [shown('charge 1. New balance: 998'), shown('charge 1. New balance: 999')];
-    const counter = counterOf(a, b);
-    if (!counter) throw new Error('no counter');
+    const counter = counterFound(a, b);
     expect(executionsBetween(counter, b, shown('charge 1. New balance: 1,000'))).toBe(1);
     expect(executionsBetween(counter, b, shown('charge 1. New balance: 1,002'))).toBe(3);
     expect(reading(counter, shown('charge 1. New balance: 12,345.5'))).toBe('12345.5');
   });
 
   test('a number that moves by a fraction of its step is set aside while another counts whole', () => {
-    const counter = counterOf(shown('Balance: 1 (execution 2)'), shown('Balance: 2 (execution 4)'));
-    if (!counter) throw new Error('no counter');
+    const counter = counterFound(shown('Balance: 1 (execution 2)'), shown('Balance: 2 (execution 4)'));
     // The balance says one execution, the count 1.5 of its steps: the balance is the verdict.
     expect(
       executionsBetween(counter, shown('Balance: 2 (execution 4)'), shown('Balance: 3 (execution 7)')),
@@ -77,21 +83,18 @@ describe('reading the effect the way a person would', () => {
   });
 
   test('a number that goes back while another counts on is set aside; one that goes back alone is a count', () => {
-    const counter = counterOf(shown('Balance: 1 (execution 1)'), shown('Balance: 2 (execution 2)'));
-    if (!counter) throw new Error('no counter');
+    const counter = counterFound(shown('Balance: 1 (execution 1)'), shown('Balance: 2 (execution 2)'));
     expect(
       executionsBetween(counter, shown('Balance: 2 (execution 9)'), shown('Balance: 3 (execution 3)')),
     ).toBe(1);
-    const balance = counterOf(shown('Balance: 1'), shown('Balance: 2'));
-    if (!balance) throw new Error('no counter');
+    const balance = counterFound(shown('Balance: 1'), shown('Balance: 2'));
     // A refund that ran took the balance back: still a count, and it says something else ran.
     expect(executionsBetween(balance, shown('Balance: 5'), shown('Balance: 4'))).toBe(-1);
   });
 
   test('where no number moves by whole steps, no count is guessed: the account names --counter', () => {
     const [a, b] = [shown('charge 1 at 10:00:00.120'), shown('charge 1 at 10:00:00.275')];
-    const counter = counterOf(a, b);
-    if (!counter) throw new Error('no counter');
+    const counter = counterFound(a, b);
     const later = shown('charge 1 at 10:00:00.302');
     expect(executionsBetween(counter, b, later)).toBeUndefined();
     expect(noCount(counter, b, later, 'the retry, then the probe')).toMatch(
@@ -100,8 +103,7 @@ describe('reading the effect the way a person would', () => {
   });
 
   test('where whole readings disagree, no count is guessed either, and the account says which said what', () => {
-    const counter = counterOf(shown('Balance: 1 (execution 1)'), shown('Balance: 2 (execution 2)'));
-    if (!counter) throw new Error('no counter');
+    const counter = counterFound(shown('Balance: 1 (execution 1)'), shown('Balance: 2 (execution 2)'));
     expect(
       noCount(counter, shown('Balance: 2 (execution 2)'), shown('Balance: 3 (execution 4)'), 'the account'),
     ).toBe(

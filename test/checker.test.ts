@@ -145,6 +145,13 @@ describe('the checker finds nothing wrong with the demo server', () => {
 /** The fixtures' call, with room for a server starting on a busy machine. */
 const FIXTURE_RUN = [...FIXTURE_CALL, '--timeout-ms', '30000', '--budget', '0'];
 
+/** The fixtures' call over HTTP, with a caller's token and a token the server refuses the charge. */
+const FORBIDDEN_TOKEN_RUN = [
+  ...['--header', 'Authorization: Bearer token-a'],
+  ...['--forbidden-header', 'Authorization: Bearer token-r'],
+  ...FIXTURE_RUN,
+];
+
 const fixture = (name: string) => stdioServer(join('test', 'fixtures', 'checker', `${name}.ts`));
 
 describe('the checker names exactly the rule each fixture breaks', () => {
@@ -231,16 +238,7 @@ describe('the checker names exactly the rule each fixture breaks', () => {
   });
 
   test('deduplication in front of authorization over HTTP: a token refused a first call gets the stored result, authorization.at-replay fails', async () => {
-    const run = await checkHttpFixture(
-      ['replays-unauthorized.ts'],
-      [
-        '--header',
-        'Authorization: Bearer token-a',
-        '--forbidden-header',
-        'Authorization: Bearer token-r',
-        ...FIXTURE_RUN,
-      ],
-    );
+    const run = await checkHttpFixture(['replays-unauthorized.ts'], FORBIDDEN_TOKEN_RUN);
     expect(faults(run)).toEqual(['authorization.at-replay']);
     expect(run.checks.get('authorization.at-replay')?.observed).toMatch(
       /^the stored result went to credentials that may not call it: "charge 1\. New balance: \d+" \(a first call with them got error -32003 This token may not call charge\)$/,
@@ -249,16 +247,7 @@ describe('the checker names exactly the rule each fixture breaks', () => {
   });
 
   test('no deduplication over HTTP: authorization.at-replay is not applicable, naming the replay rule that fails', async () => {
-    const run = await checkHttpFixture(
-      ['no-guard-http.ts'],
-      [
-        '--header',
-        'Authorization: Bearer token-a',
-        '--forbidden-header',
-        'Authorization: Bearer token-r',
-        ...FIXTURE_RUN,
-      ],
-    );
+    const run = await checkHttpFixture(['no-guard-http.ts'], FORBIDDEN_TOKEN_RUN);
     expect(run.stderr).toBe('');
     expect(run.checks.get('replay.not-executed')?.status).toBe('failed');
     expect(run.checks.get('authorization.at-replay')?.status).toBe('not applicable');

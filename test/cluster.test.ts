@@ -26,7 +26,7 @@ import { connectHttp } from './support/http.js';
 import { connectInProcess, type InProcessConnection } from './support/in-process.js';
 import { type Attempt, chargeEach, type Operation } from './support/keyed-stream.js';
 import { describeSepCases } from './support/sep-cases.js';
-import { expectUnavailableWithin } from './support/store-fixtures.js';
+import { expectUnavailableWithin, replayOf } from './support/store-fixtures.js';
 import { describeTwoInstances } from './support/two-instances.js';
 
 // Persistent (every write fsynced before it is answered): a master killed and restarted keeps
@@ -96,11 +96,7 @@ describe.skipIf(!cluster)('keys: one slot per scope, the scopes spread over the 
       if (claim.state !== 'claimed') throw new Error(`expected a claim, got ${claim.state}`);
       expect(await store.renew(claim.ticket, LEASE_MS)).toBe(true);
       expect(await store.complete(claim.ticket, RESULT, RETENTION_MS)).toBe(true);
-      expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
-        state: 'completed',
-        fingerprint: FINGERPRINT,
-        response: RESULT,
-      });
+      expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual(replayOf(RESULT));
     }
   });
 

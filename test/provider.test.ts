@@ -478,22 +478,6 @@ describe.each(PROVIDER_IMPLEMENTATIONS)('the payment provider: $name', ({ comman
       expect(await provider.balance()).toBe(100);
     });
 
-    it('502-before-commit: 502 bad_gateway, nothing committed, and a retry under the key executes', async () => {
-      await provider.queueFault({ path: '/charges', fault: '502-before-commit' });
-      const failed = await provider.charge(100, 'bad-gateway-1');
-
-      expect(failed.status).toBe(502);
-      expect(errorTypeOf(failed)).toBe(ERROR_TYPES.badGateway);
-      expect(await provider.commits()).toEqual([]);
-
-      const retry = await provider.charge(100, 'bad-gateway-1');
-
-      expect(retry.status).toBe(200);
-      expect(retry.headers['idempotent-replayed']).toBeUndefined();
-      expect(await provider.commits()).toHaveLength(1);
-      expect(await provider.balance()).toBe(100);
-    });
-
     it('502-after-commit: 502 bad_gateway, but committed, and a retry replays the stored 200', async () => {
       await provider.queueFault({ path: '/charges', fault: '502-after-commit' });
       const failed = await provider.charge(100, 'lost-1');
@@ -511,20 +495,27 @@ describe.each(PROVIDER_IMPLEMENTATIONS)('the payment provider: $name', ({ comman
       expect(await provider.balance()).toBe(100);
     });
 
-    it('500-before-commit: 500 internal_error, nothing committed, and a retry under the key executes', async () => {
-      await provider.queueFault({ path: '/charges', fault: '500-before-commit' });
-      const failed = await provider.charge(100, 'internal-1');
+    it.each([
+      { fault: '502-before-commit', status: 502, type: ERROR_TYPES.badGateway, key: 'bad-gateway-1' },
+      { fault: '500-before-commit', status: 500, type: ERROR_TYPES.internal, key: 'internal-1' },
+    ] as const)(
+      '$fault: $status $type, nothing committed, and a retry under the key executes',
+      async ({ fault, status, type, key }) => {
+        await provider.queueFault({ path: '/charges', fault });
+        const failed = await provider.charge(100, key);
 
-      expect(failed.status).toBe(500);
-      expect(errorTypeOf(failed)).toBe(ERROR_TYPES.internal);
-      expect(await provider.commits()).toEqual([]);
+        expect(failed.status).toBe(status);
+        expect(errorTypeOf(failed)).toBe(type);
+        expect(await provider.commits()).toEqual([]);
 
-      const retry = await provider.charge(100, 'internal-1');
+        const retry = await provider.charge(100, key);
 
-      expect(retry.status).toBe(200);
-      expect(retry.headers['idempotent-replayed']).toBeUndefined();
-      expect(await provider.balance()).toBe(100);
-    });
+        expect(retry.status).toBe(200);
+        expect(retry.headers['idempotent-replayed']).toBeUndefined();
+        expect(await provider.commits()).toHaveLength(1);
+        expect(await provider.balance()).toBe(100);
+      },
+    );
 
     it('garbage-after-commit: 200 with a body that is not JSON, committed, and a retry replays the JSON', async () => {
       await provider.queueFault({ path: '/charges', fault: 'garbage-after-commit' });

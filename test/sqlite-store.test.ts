@@ -34,6 +34,7 @@ import {
   OTHER_FINGERPRINT,
   RESULT,
   RETENTION_MS,
+  replayOf,
   SHORT_MS,
 } from './support/store-fixtures.js';
 
@@ -436,11 +437,7 @@ describe('a holder process, alive or dead', () => {
     for (let n = 0; n < 64; n++) await claimTicket(stepped, newId('others'));
     expect(await holding.renew(ticket, LEASE_MS)).toBe(true);
     expect(await holding.complete(ticket, RESULT, RETENTION_MS)).toBe(true);
-    expect(await stepped.claim(id, OTHER_FINGERPRINT, LEASE_MS)).toStrictEqual({
-      state: 'completed',
-      fingerprint: FINGERPRINT,
-      response: RESULT,
-    });
+    expect(await stepped.claim(id, OTHER_FINGERPRINT, LEASE_MS)).toStrictEqual(replayOf(RESULT));
   });
 
   it('brings a file of the schema before monotonic leases up to date, its records kept', async () => {
@@ -458,11 +455,7 @@ describe('a holder process, alive or dead', () => {
     await writer.close();
 
     const reader = await openStore(file);
-    expect(await reader.claim(done, FINGERPRINT, LEASE_MS)).toStrictEqual({
-      state: 'completed',
-      fingerprint: FINGERPRINT,
-      response: RESULT,
-    });
+    expect(await reader.claim(done, FINGERPRINT, LEASE_MS)).toStrictEqual(replayOf(RESULT));
     expect(await reader.claim(running, OTHER_FINGERPRINT, LEASE_MS)).toMatchObject({ state: 'inProgress' });
     const later = await openStore(file, { now: () => Date.now() + LEASE_MS + 1_000 });
     const ticket = await claimTicket(later, running);
@@ -515,7 +508,7 @@ describe('kept across restarts', () => {
     const reopened = await openStore(file);
     const replay = await reopened.claim(id, FINGERPRINT, LEASE_MS);
 
-    expect(replay).toStrictEqual({ state: 'completed', fingerprint: FINGERPRINT, response: RESULT });
+    expect(replay).toStrictEqual(replayOf(RESULT));
     if (replay.state !== 'completed') throw new Error('unreachable');
     expect(JSON.stringify(replay.response)).toBe(JSON.stringify(RESULT));
   });

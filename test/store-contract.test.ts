@@ -25,11 +25,16 @@ const [redis, cluster, postgres] = await Promise.all([startRedis(), startRedisCl
 if (!redis) console.warn(REDIS_SKIP_REASON);
 else if (!redis.owned) {
   console.warn(
-    'The full test is left out on Redis: it fills Redis up, so needs a private redis-server, not REDIS_URL',
+    'The full and hang tests are left out on Redis: they fill Redis up and freeze it, so need a private redis-server, not REDIS_URL',
   );
 }
 if (!cluster) console.warn(REDIS_CLUSTER_SKIP_REASON);
 if (!postgres) console.warn(POSTGRES_SKIP_REASON);
+else if (!postgres.owned) {
+  console.warn(
+    'The hang test is left out on Postgres: it freezes Postgres, so needs a private cluster, not DATABASE_URL',
+  );
+}
 
 const redisPrefix = uniqueKeyPrefix('contract');
 const clusterPrefix = uniqueKeyPrefix('contract-cluster');
@@ -167,6 +172,20 @@ describeStoreContract(
             return () => maxmemory([redis.admin], '0');
           }
         : undefined,
+    hang:
+      redis?.owned === true
+        ? {
+            open: (replyTimeoutMs) =>
+              RedisIdempotencyStore.connect(redis.url, {
+                keyPrefix: redisPrefix,
+                commandTimeoutMs: replyTimeoutMs,
+              }),
+            freeze: () => {
+              redis.freeze();
+              return () => redis.thaw();
+            },
+          }
+        : undefined,
   },
 );
 
@@ -223,6 +242,20 @@ describeStoreContract(
       // The claims really ran side by side: each pool opened more than one session.
       expect((one?.pool.totalCount ?? 0) + (two?.pool.totalCount ?? 0)).toBeGreaterThan(2);
     },
+    hang:
+      postgres?.owned === true
+        ? {
+            open: (replyTimeoutMs) =>
+              PostgresIdempotencyStore.connect(postgres.url, {
+                tablePrefix,
+                statementTimeoutMs: replyTimeoutMs,
+              }),
+            freeze: () => {
+              postgres.freeze();
+              return () => postgres.thaw();
+            },
+          }
+        : undefined,
   },
 );
 

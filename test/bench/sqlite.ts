@@ -249,26 +249,22 @@ export async function measureStatements(plan: StatementsPlan): Promise<Report> {
     closers.push(() => reader.close());
 
     const variants: Array<{ name: string; label: string; run: () => unknown }> = [
-      {
-        name: 'two-normal',
-        label: 'first execution, two commits (the store), NORMAL',
-        run: () => firstExecution(normal, 2),
-      },
-      {
-        name: 'one-normal',
-        label: 'first execution, one commit held across the tool, NORMAL',
-        run: () => firstExecution(normal, 1),
-      },
-      {
-        name: 'two-full',
-        label: 'first execution, two commits (the store), FULL',
-        run: () => firstExecution(full, 2),
-      },
-      {
-        name: 'one-full',
-        label: 'first execution, one commit held across the tool, FULL',
-        run: () => firstExecution(full, 1),
-      },
+      // A first execution at each durability, its two commits against the one held across the tool.
+      ...[
+        { level: 'normal', db: normal },
+        { level: 'full', db: full },
+      ].flatMap(({ level, db }) => [
+        {
+          name: `two-${level}`,
+          label: `first execution, two commits (the store), ${level.toUpperCase()}`,
+          run: () => firstExecution(db, 2),
+        },
+        {
+          name: `one-${level}`,
+          label: `first execution, one commit held across the tool, ${level.toUpperCase()}`,
+          run: () => firstExecution(db, 1),
+        },
+      ]),
       // The store's claim of a completed key it knows, against the read it saves (the same row
       // read on a connection to the file, its response parsed).
       {

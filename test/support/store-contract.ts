@@ -5,7 +5,8 @@
 // (`test/store-contract.test.ts`).
 // A claim, a replay byte for byte (results and errors), the original fingerprint for a conflict, in
 // progress, the lease and its renewal, release, the continuation of a multi-round-trip call,
-// retention, each caller's quota, the size bound, clear, and scopes kept apart. Each store's own
+// retention, each caller's quota, the size bound, clear, scopes kept apart, and failing closed while
+// a networked backend hangs. Each store's own
 // test file keeps only what its backend alone can get wrong (Redis' scripts and key names,
 // Postgres' transactions and liveness, SQLite's processes sharing one file, the memory store's
 // insertion order).
@@ -29,12 +30,14 @@ import { sleep, waitUntil } from '../../demo/processes/bounds.js';
 import {
   claimTicket,
   ERROR,
+  expectUnavailableWithin,
   FINGERPRINT,
   LEASE_MS,
   newId,
   OTHER_FINGERPRINT,
   RESULT,
   RETENTION_MS,
+  replayOf,
   SHORT_MS,
 } from './store-fixtures.js';
 
@@ -77,6 +80,13 @@ export interface ContractOptions<S extends ContractStore> {
   fill?(store: S): Promise<() => Promise<void>>;
   /** What else the backend shows of 40 claims made at once from two instances (Postgres: many sessions). */
   afterConcurrentClaims?(instances: S[]): void;
+  /**
+   * Opens a store that waits `replyTimeoutMs` for each of its backend's replies, and stops that
+   * backend answering (SIGSTOP), with what lets it answer again: the suite checks the store fails
+   * closed while it hangs and recovers by itself. Absent where the suite must not freeze the
+   * backend (a server it shares) or has no way to (the memory store, a SQLite file, a Redis Cluster).
+   */
+  hang?: { open(replyTimeoutMs: number): Promise<S>; freeze(): () => void };
 }
 
 /** The contract against one store; skipped, as that store's other tests are, when `open` is undefined. */
@@ -107,7 +117,7 @@ export function describeStoreContract<S extends ContractStore>(
       return store;
     }
 
-    const { expiryOf, fill } = options;
+    const { expiryOf, fill, hang } = options;
 
     /**
      * Waits until `id`'s record, written to last `ms`, has expired: until the backend holds it no
@@ -151,7 +161,7 @@ export function describeStoreContract<S extends ContractStore>(
 
         const replay = await store.claim(id, FINGERPRINT, LEASE_MS);
 
-        expect(replay).toStrictEqual({ state: 'completed', fingerprint: FINGERPRINT, response: RESULT });
+        expect(replay).toStrictEqual(replayOf(RESULT));
         if (replay.state !== 'completed') throw new Error('unreachable');
         expect(JSON.stringify(replay.response)).toBe(JSON.stringify(RESULT));
       });
@@ -164,16 +174,8 @@ export function describeStoreContract<S extends ContractStore>(
         await store.complete(await claimTicket(store, withData), ERROR, RETENTION_MS);
         await store.complete(await claimTicket(store, withoutData), bare, RETENTION_MS);
 
-        expect(await store.claim(withData, FINGERPRINT, LEASE_MS)).toStrictEqual({
-          state: 'completed',
-          fingerprint: FINGERPRINT,
-          response: ERROR,
-        });
-        expect(await store.claim(withoutData, FINGERPRINT, LEASE_MS)).toStrictEqual({
-          state: 'completed',
-          fingerprint: FINGERPRINT,
-          response: bare,
-        });
+        expect(await store.claim(withData, FINGERPRINT, LEASE_MS)).toStrictEqual(replayOf(ERROR));
+        expect(await store.claim(withoutData, FINGERPRINT, LEASE_MS)).toStrictEqual(replayOf(bare));
       });
 
       it('hands a claim of a completed key under other arguments the original fingerprint, for the conflict', async () => {
@@ -285,11 +287,7 @@ export function describeStoreContract<S extends ContractStore>(
 
           expect(await store.complete(stale, RESULT, RETENTION_MS)).toBe(true);
 
-          expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
-            state: 'completed',
-            fingerprint: FINGERPRINT,
-            response: RESULT,
-          });
+          expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual(replayOf(RESULT));
         });
       } else {
         it('records nothing when a claim completes after its lease expired and nobody re-claimed', async () => {
@@ -457,11 +455,7 @@ export function describeStoreContract<S extends ContractStore>(
         if (continuation.state !== 'claimed') throw new Error(continuation.state);
         expect(await store.complete(continuation.ticket, ERROR, RETENTION_MS)).toBe(true);
 
-        expect(await store.claim(id, FINGERPRINT, LEASE_MS, true)).toStrictEqual({
-          state: 'completed',
-          fingerprint: FINGERPRINT,
-          response: ERROR,
-        });
+        expect(await store.claim(id, FINGERPRINT, LEASE_MS, true)).toStrictEqual(replayOf(ERROR));
       });
     });
 
@@ -664,6 +658,31 @@ export function describeStoreContract<S extends ContractStore>(
             state: 'completed',
             response: RESULT,
           });
+        });
+      });
+    }
+
+    if (hang) {
+      describe('fail closed: a backend that hangs never means executing without a record', () => {
+        it('rejects a claim with StoreUnavailableError within 2 s when the backend hangs, and recovers when it answers again', async () => {
+          const store = await hang.open(500);
+          opened.add(store);
+          const id = newId();
+          const thaw = hang.freeze();
+          try {
+            await expectUnavailableWithin(2_000, () => store.claim(id, FINGERPRINT, LEASE_MS));
+          } finally {
+            thaw();
+          }
+
+          // The same instance, no reconnect call: the store heals by itself.
+          await waitUntil(
+            async () =>
+              (await store.claim(newId(), FINGERPRINT, LEASE_MS).catch(() => undefined)) !== undefined,
+          );
+          expect((await store.claim(newId(), FINGERPRINT, LEASE_MS)).state).toBe('claimed');
+          // The timed-out claim may have run once the backend woke: then the key is held, never free twice.
+          expect(['claimed', 'inProgress']).toContain((await store.claim(id, FINGERPRINT, LEASE_MS)).state);
         });
       });
     }

@@ -4,6 +4,7 @@
 
 import { randomUUID } from 'node:crypto';
 import {
+  type Claim,
   type ClaimTicket,
   type IdempotencyStore,
   type RecordId,
@@ -36,6 +37,13 @@ export const ERROR: StoredResponse = {
 };
 
 export const newId = (scope = 'alice'): RecordId => ({ scope, idempotencyKey: randomUUID() });
+
+/** What a claim answers for a key whose call, under FINGERPRINT, completed with `response`: its replay. */
+export const replayOf = (response: StoredResponse): Claim => ({
+  state: 'completed',
+  fingerprint: FINGERPRINT,
+  response,
+});
 
 export async function claimTicket(
   store: IdempotencyStore,

@@ -18,6 +18,7 @@ import {
   OTHER_FINGERPRINT,
   RESULT,
   RETENTION_MS,
+  replayOf,
   SHORT_MS,
 } from './store-fixtures.js';
 
@@ -64,11 +65,7 @@ export function describeTransactionalContract<S extends ContractStore>(
       expect(await store.complete(ticket, RESULT, RETENTION_MS)).toBe(true);
 
       expect(await db().effectsOf(id)).toBe(1);
-      expect(await other.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
-        state: 'completed',
-        fingerprint: FINGERPRINT,
-        response: RESULT,
-      });
+      expect(await other.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual(replayOf(RESULT));
     });
 
     it('rolls the write back with a record whose claim lost its key, and leaves the new holder its claim', async () => {
@@ -104,11 +101,7 @@ export function describeTransactionalContract<S extends ContractStore>(
       expect(await store.complete(ticket, ERROR, RETENTION_MS)).toBe(true);
 
       expect(await db().effectsOf(id)).toBe(0);
-      expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual({
-        state: 'completed',
-        fingerprint: FINGERPRINT,
-        response: ERROR,
-      });
+      expect(await store.claim(id, FINGERPRINT, LEASE_MS)).toStrictEqual(replayOf(ERROR));
     });
 
     it('rolls the write back on release: nothing ran, nothing stands', async () => {

@@ -1,8 +1,10 @@
 // What every agent framework's test file stands on: the demo's guarded server over stateless HTTP,
 // its ledger (reset before each test, read with get_balance), and loopback proxies in front of it
-// that lose an answer after the server ran the call and note every tools/call on the wire.
+// that lose an answer after the server ran the call and note every tools/call on the wire; and the
+// verdicts every framework's calls get, read off the ledger and the wire.
 
-import { afterAll, beforeAll, beforeEach } from 'vitest';
+import { checkIdempotencyKey } from 'mcp-request-idempotency';
+import { afterAll, beforeAll, beforeEach, expect } from 'vitest';
 import {
   balanceOf,
   connectHttpClient,
@@ -74,4 +76,27 @@ export function agentTestBed({ node24 = false } = {}): AgentTestBed {
 /** The key each tools/call of the charge carried through `proxy`, in order (undefined: none). */
 export function chargeKeys(proxy: FaultProxy): unknown[] {
   return proxy.calls.filter((c) => c.name === CHARGE_TOOL).map((c) => c.idempotencyKey);
+}
+
+/** Two charges went through `proxy` unkeyed, and both executed: 200. */
+export async function expectTwoUnkeyedCharges(bed: AgentTestBed, proxy: FaultProxy): Promise<void> {
+  expect(await bed.balance()).toBe(200);
+  expect(chargeKeys(proxy)).toStrictEqual([undefined, undefined]);
+}
+
+/** The charge was sent twice through `proxy` under one valid key, and executed once: 100. */
+export async function expectOneKeyOneCharge(bed: AgentTestBed, proxy: FaultProxy): Promise<void> {
+  expect(await bed.balance()).toBe(100);
+  const [key, again] = chargeKeys(proxy);
+  expect(checkIdempotencyKey(key)).toStrictEqual({ ok: true, key });
+  expect(again).toBe(key);
+}
+
+/** Two charges went through `proxy` under two valid keys, and both executed: 200, neither replayed. */
+export async function expectTwoKeysTwoCharges(bed: AgentTestBed, proxy: FaultProxy): Promise<void> {
+  expect(await bed.balance()).toBe(200);
+  const [first, second] = chargeKeys(proxy);
+  expect(checkIdempotencyKey(first)).toStrictEqual({ ok: true, key: first });
+  expect(checkIdempotencyKey(second)).toStrictEqual({ ok: true, key: second });
+  expect(second).not.toBe(first);
 }

@@ -8,26 +8,30 @@
 import { checkIdempotencyKey } from 'mcp-request-idempotency';
 import { describe, expect, it } from 'vitest';
 import { AGENT_RUN_TIMEOUT_MS } from '../../../demo/processes/bounds.js';
+import type { FaultProxy } from '../../support/fault-proxy.js';
 import { runAgentProcess } from '../support/agent-process.js';
-import { agentTestBed, chargeKeys } from '../support/agents.js';
+import {
+  agentTestBed,
+  expectOneKeyOneCharge,
+  expectTwoKeysTwoCharges,
+  expectTwoUnkeyedCharges,
+} from '../support/agents.js';
 import type { AiSdkResult, AiSdkRun } from '../support/ai-sdk-agent.js';
 
 const bed = agentTestBed({ node24: true });
 const runAiSdk = (run: AiSdkRun) => runAgentProcess<AiSdkResult>(bed.node24(), 'ai-sdk-agent.ts', run);
+
+/** `chat-1`'s turn, run `runs` times through `proxy`, each run attaching its invoice where given. */
+const chatThrough = (proxy: FaultProxy, turns: Pick<AiSdkRun, 'keyed' | 'runs' | 'invoices'>) =>
+  runAiSdk({ endpoint: { url: proxy.url.href }, thread: 'chat-1', ...turns });
 
 describe('the MCP client retries a tools/call answered 502 after the server ran it (maxRetries: 2)', () => {
   it(
     'without the adapter, the retry executes the charge again: two charges',
     async () => {
       const proxy = await bed.proxy('badGateway');
-      const { answers } = await runAiSdk({
-        endpoint: { url: proxy.url.href },
-        keyed: false,
-        thread: 'chat-1',
-        runs: 1,
-      });
-      expect(await bed.balance()).toBe(200);
-      expect(chargeKeys(proxy)).toStrictEqual([undefined, undefined]);
+      const { answers } = await chatThrough(proxy, { keyed: false, runs: 1 });
+      await expectTwoUnkeyedCharges(bed, proxy);
       expect(answers.join()).toContain('New balance: 200');
     },
     AGENT_RUN_TIMEOUT_MS,
@@ -37,16 +41,8 @@ describe('the MCP client retries a tools/call answered 502 after the server ran 
     'with it, both attempts carry one key and the retry gets the stored answer: one charge',
     async () => {
       const proxy = await bed.proxy('badGateway');
-      const { answers, warnings } = await runAiSdk({
-        endpoint: { url: proxy.url.href },
-        keyed: true,
-        thread: 'chat-1',
-        runs: 1,
-      });
-      expect(await bed.balance()).toBe(100);
-      const [key, retried] = chargeKeys(proxy);
-      expect(checkIdempotencyKey(key)).toStrictEqual({ ok: true, key });
-      expect(retried).toBe(key);
+      const { answers, warnings } = await chatThrough(proxy, { keyed: true, runs: 1 });
+      await expectOneKeyOneCharge(bed, proxy);
       expect(answers.join()).toContain('New balance: 100');
       expect(warnings).toStrictEqual([]);
     },
@@ -80,15 +76,8 @@ describe('two turns of one chat that differ only in their attached invoice, an A
     'without the adapter, both charges execute: 200',
     async () => {
       const proxy = await bed.proxy();
-      await runAiSdk({
-        endpoint: { url: proxy.url.href },
-        keyed: false,
-        thread: 'chat-1',
-        runs: 2,
-        invoices: ['Invoice 1: 100', 'Invoice 2: 100'],
-      });
-      expect(await bed.balance()).toBe(200);
-      expect(chargeKeys(proxy)).toStrictEqual([undefined, undefined]);
+      await chatThrough(proxy, { keyed: false, runs: 2, invoices: ['Invoice 1: 100', 'Invoice 2: 100'] });
+      await expectTwoUnkeyedCharges(bed, proxy);
     },
     AGENT_RUN_TIMEOUT_MS,
   );
@@ -97,17 +86,12 @@ describe('two turns of one chat that differ only in their attached invoice, an A
     'get a key each: both charges execute, 200, not the second answered with the first’s result',
     async () => {
       const proxy = await bed.proxy();
-      const { answers, warnings } = await runAiSdk({
-        endpoint: { url: proxy.url.href },
+      const { answers, warnings } = await chatThrough(proxy, {
         keyed: true,
-        thread: 'chat-1',
         runs: 2,
         invoices: ['Invoice 1: 100', 'Invoice 2: 100'],
       });
-      expect(await bed.balance()).toBe(200);
-      const [first, second] = chargeKeys(proxy);
-      expect(checkIdempotencyKey(first).ok).toBe(true);
-      expect(second).not.toBe(first);
+      await expectTwoKeysTwoCharges(bed, proxy);
       expect(answers.join()).toContain('New balance: 200');
       expect(warnings).toStrictEqual([]);
     },
@@ -118,17 +102,8 @@ describe('two turns of one chat that differ only in their attached invoice, an A
     'the same turn, the same invoice, sent again: one key, one charge',
     async () => {
       const proxy = await bed.proxy();
-      await runAiSdk({
-        endpoint: { url: proxy.url.href },
-        keyed: true,
-        thread: 'chat-1',
-        runs: 2,
-        invoices: ['Invoice 1: 100', 'Invoice 1: 100'],
-      });
-      expect(await bed.balance()).toBe(100);
-      const [first, second] = chargeKeys(proxy);
-      expect(checkIdempotencyKey(first).ok).toBe(true);
-      expect(second).toBe(first);
+      await chatThrough(proxy, { keyed: true, runs: 2, invoices: ['Invoice 1: 100', 'Invoice 1: 100'] });
+      await expectOneKeyOneCharge(bed, proxy);
     },
     AGENT_RUN_TIMEOUT_MS,
   );

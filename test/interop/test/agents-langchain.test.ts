@@ -12,7 +12,13 @@ import { MemoryLedger } from '../../../ledger.js';
 import { startFaultProxy } from '../../support/fault-proxy.js';
 import { startBareHttpServer } from '../../support/http.js';
 import { balanceThrough, connectLangChainAgent, type Endpoint } from '../langchain-agent.js';
-import { agentTestBed, CHARGE_TOOL, chargeKeys } from '../support/agents.js';
+import {
+  agentTestBed,
+  CHARGE_TOOL,
+  chargeKeys,
+  expectOneKeyOneCharge,
+  expectTwoUnkeyedCharges,
+} from '../support/agents.js';
 
 const bed = agentTestBed();
 
@@ -41,18 +47,14 @@ describe('toolRetryMiddleware runs a tool call again when its answer was lost (a
   it('without the adapter, the retry executes the charge again: two charges', async () => {
     const proxy = await bed.proxy('badGateway');
     await runWithRetries(proxy.url, false);
-    expect(await bed.balance()).toBe(200);
+    await expectTwoUnkeyedCharges(bed, proxy);
     expect(proxy.calls.map((c) => c.answered)).toStrictEqual(['badGateway', 'forwarded']);
-    expect(chargeKeys(proxy)).toStrictEqual([undefined, undefined]);
   });
 
   it('with it, both attempts carry one key and the retry gets the stored answer: one charge', async () => {
     const proxy = await bed.proxy('badGateway');
     const answer = await runWithRetries(proxy.url, true);
-    expect(await bed.balance()).toBe(100);
-    const [key, retried] = chargeKeys(proxy);
-    expect(checkIdempotencyKey(key)).toStrictEqual({ ok: true, key });
-    expect(retried).toBe(key);
+    await expectOneKeyOneCharge(bed, proxy);
     expect(answer).toContain('Charged 100. New balance: 100');
   });
 });

@@ -11,7 +11,13 @@ import { describe, expect, it } from 'vitest';
 import { AGENT_RUN_TIMEOUT_MS } from '../../../demo/processes/bounds.js';
 import { AgentKeyWarnings } from '../../../packages/idempotency/agents/call.js';
 import { runAgentProcess } from '../support/agent-process.js';
-import { agentTestBed, chargeKeys } from '../support/agents.js';
+import {
+  agentTestBed,
+  chargeKeys,
+  expectOneKeyOneCharge,
+  expectTwoKeysTwoCharges,
+  expectTwoUnkeyedCharges,
+} from '../support/agents.js';
 import type { MastraResult, MastraRun } from '../support/mastra-agent.js';
 
 const bed = agentTestBed({ node24: true });
@@ -23,9 +29,8 @@ describe('MCPClient reconnects and sends the tools/call again when the connectio
     async () => {
       const proxy = await bed.proxy('reset');
       await runMastra({ url: proxy.url.href, keyed: false });
-      expect(await bed.balance()).toBe(200);
+      await expectTwoUnkeyedCharges(bed, proxy);
       expect(proxy.calls.map((c) => c.answered)).toStrictEqual(['reset', 'forwarded']);
-      expect(chargeKeys(proxy)).toStrictEqual([undefined, undefined]);
     },
     AGENT_RUN_TIMEOUT_MS,
   );
@@ -35,10 +40,7 @@ describe('MCPClient reconnects and sends the tools/call again when the connectio
     async () => {
       const proxy = await bed.proxy('reset');
       const { text, warnings } = await runMastra({ url: proxy.url.href, keyed: true });
-      expect(await bed.balance()).toBe(100);
-      const [key, resent] = chargeKeys(proxy);
-      expect(checkIdempotencyKey(key)).toStrictEqual({ ok: true, key });
-      expect(resent).toBe(key);
+      await expectOneKeyOneCharge(bed, proxy);
       expect(text).toBe('Charged 100.');
       expect(warnings).toStrictEqual([]);
     },
@@ -52,8 +54,7 @@ describe('a model that charges in one step and, having seen the result, again in
     async () => {
       const proxy = await bed.proxy();
       await runMastra({ url: proxy.url.href, keyed: false, chargesInTwoSteps: true });
-      expect(await bed.balance()).toBe(200);
-      expect(chargeKeys(proxy)).toStrictEqual([undefined, undefined]);
+      await expectTwoUnkeyedCharges(bed, proxy);
     },
     AGENT_RUN_TIMEOUT_MS,
   );
@@ -63,11 +64,7 @@ describe('a model that charges in one step and, having seen the result, again in
     async () => {
       const proxy = await bed.proxy();
       const { warnings } = await runMastra({ url: proxy.url.href, keyed: true, chargesInTwoSteps: true });
-      expect(await bed.balance()).toBe(200);
-      const [first, second] = chargeKeys(proxy);
-      expect(checkIdempotencyKey(first)).toStrictEqual({ ok: true, key: first });
-      expect(checkIdempotencyKey(second)).toStrictEqual({ ok: true, key: second });
-      expect(second).not.toBe(first);
+      await expectTwoKeysTwoCharges(bed, proxy);
       expect(warnings).toStrictEqual([]);
     },
     AGENT_RUN_TIMEOUT_MS,
