@@ -1,7 +1,7 @@
 // The in-process ledger (ledger.ts) through the demo's own tools: a charge over the limit is
 // declined with an error result that carries the ledger's count of declines, so a stored decline,
 // replayed to a keyed retry, reads apart from a fresh one. The other ledgers are tested beside
-// their stores (Redis, SQLite, Postgres) and on the provider's wire (provider.test.ts).
+// their stores (Redis, SQLite, Postgres) and on the provider's wire (test/demo/payment-provider/provider-wire.test.ts).
 
 import { randomUUID } from 'node:crypto';
 import { MemoryIdempotencyStore } from 'mcp-request-idempotency';

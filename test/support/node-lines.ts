@@ -14,34 +14,37 @@ import { fileURLToPath } from 'node:url';
 
 export const BOTH_LINES: Record<string, string> = {
   // The SQLite driver: better-sqlite3 on Node 20, node:sqlite from 22.13.
-  'test/sqlite-store.test.ts': 'the SQLite store on its driver, processes racing on one file',
-  'test/store-contract.test.ts': 'the store contract on the SQLite driver (and every store)',
-  'test/model.test.ts': 'the guard against the model, on memory and SQLite',
+  'test/idempotency/stores/sqlite/store.test.ts':
+    'the SQLite store on its driver, processes racing on one file',
+  'test/idempotency/stores/contract.test.ts': 'the store contract on the SQLite driver (and every store)',
+  'test/model/guard.test.ts': 'the guard against the model, on memory and SQLite',
   // V8's Unicode: String.prototype.isWellFormed and the \p{Cc} the key's rule reads.
-  'test/key.test.ts': "keys of every shape, on that line's V8",
+  'test/idempotency/core/key.test.ts': "keys of every shape, on that line's V8",
   // The execution context rides AsyncLocalStorage, which Node 24 rebuilt on AsyncContextFrame.
-  'test/execution.test.ts': "the execution context a tool sees, through the guard's async hops",
-  'test/guard.test.ts': 'the guard in process, on both SDK lines',
-  'test/otel.test.ts': "the active span and the telemetry's context, through the guard",
-  'test/agents-keys.test.ts': 'the agent adapters, which hand a tool call its key in async context',
-  'test/agents-ai-sdk-keys.test.ts': "the AI SDK adapter's key, handed over in async context",
-  'test/agents-mastra-keys.test.ts': "the Mastra adapter's steps, followed in async context",
+  'test/idempotency/core/execution.test.ts':
+    "the execution context a tool sees, through the guard's async hops",
+  'test/idempotency/core/guard.test.ts': 'the guard in process, on both SDK lines',
+  'test/idempotency/otel/otel.test.ts': "the active span and the telemetry's context, through the guard",
+  'test/idempotency/agents/wire.test.ts':
+    'the agent adapters, which hand a tool call its key in async context',
+  'test/idempotency/agents/ai-sdk.test.ts': "the AI SDK adapter's key, handed over in async context",
+  'test/idempotency/agents/mastra.test.ts': "the Mastra adapter's steps, followed in async context",
   'test/interop/test/agents-langchain.test.ts': "LangChain, whose callbacks ride Node's async context",
   // node:http (its parser, llhttp, and its timeouts), Node's streams and the fetch it bundles
   // (undici): each line has its own.
-  'test/stdio.test.ts': "the SEP's cases over stdio, on Node's streams",
-  'test/http.test.ts': "the SEP's cases over Streamable HTTP, on node:http",
-  'test/hostile.test.ts': "malformed bytes, as each line's HTTP parser and JSON reader take them",
-  'test/edges-http.test.ts': "the HTTP entry's timeouts and connection limits",
-  'test/http-origin.test.ts': 'Host and Origin as node:http hands them over',
-  'test/idempotent-client.test.ts': "the client's retries over the bundled fetch",
-  'test/log.test.ts': 'decision lines flushed to a pipe before the process exits',
-  'test/launch.test.ts': 'what a process does with an error no one handled',
-  'test/checker-front-door.test.ts': "a server that cannot start, read from its runtime's error line",
+  'test/e2e/stdio.test.ts': "the SEP's cases over stdio, on Node's streams",
+  'test/e2e/http.test.ts': "the SEP's cases over Streamable HTTP, on node:http",
+  'test/e2e/hostile.test.ts': "malformed bytes, as each line's HTTP parser and JSON reader take them",
+  'test/demo/hosting/http.test.ts': "the HTTP entry's timeouts and connection limits",
+  'test/e2e/http-origin.test.ts': 'Host and Origin as node:http hands them over',
+  'test/idempotency/client/client.test.ts': "the client's retries over the bundled fetch",
+  'test/demo/hosting/log.test.ts': 'decision lines flushed to a pipe before the process exits',
+  'test/demo/processes/launch.test.ts': 'what a process does with an error no one handled',
+  'test/checker/front-door.test.ts': "a server that cannot start, read from its runtime's error line",
   // npm itself: 10 with Node 20, 11 with Node 24.
-  'test/npm-scripts.test.ts': "a signal to npm's own PID, passed to the server it started",
-  'test/quickstart.test.ts': "the library README's quick start, with that line's npm and tsc",
-  'test/package.test.ts': "the packages packed and installed by that line's npm",
+  'test/e2e/npm-scripts.test.ts': "a signal to npm's own PID, passed to the server it started",
+  'test/docs/quickstart.test.ts': "the library README's quick start, with that line's npm and tsc",
+  'test/e2e/package.test.ts': "the packages packed and installed by that line's npm",
 };
 
 /** The files, as `vitest run` takes them. */

@@ -65,7 +65,7 @@ const charge = (amount: unknown, idempotencyKey: string = randomUUID()): KeyedTo
 // --- The shared rules, against the demo ---
 
 /**
- * The call every rule makes unless its case says otherwise, as `checker.test.ts` gives it to the
+ * The call every rule makes unless its case says otherwise, as `test/checker/check.test.ts` gives it to the
  * checker: two members (key order), a composed character (escapes, normalisation), which the
  * tool's schema ignores and the guard fingerprints; a charge of 1, so the balance counts executions.
  * The failing call is a charge over the limit: the ledger numbers each decline, so a stored

@@ -2,7 +2,7 @@
 //
 // Every promise of `IdempotencyStore` (packages/idempotency/stores/contract.ts), as tests that run against
 // every store: the memory store, Redis, a Redis Cluster, Postgres and SQLite
-// (`test/store-contract.test.ts`).
+// (`test/idempotency/stores/contract.test.ts`).
 // A claim, a replay byte for byte (results and errors), the original fingerprint for a conflict, in
 // progress, the lease and its renewal, release, the continuation of a multi-round-trip call,
 // retention, each caller's quota, the size bound, clear, scopes kept apart, and failing closed while

@@ -2,7 +2,7 @@
 //
 // What a transactional store (SQLite, Postgres) promises beyond the store contract: a tool that
 // writes through `begin` commits its write with its record, or not at all. Run against each such
-// store from test/store-contract.test.ts; what one database alone can get wrong (SQLite refusing a
+// store from test/idempotency/stores/contract.test.ts; what one database alone can get wrong (SQLite refusing a
 // COMMIT under the record, Postgres handing its pool's connections back) stays in its own file.
 
 import type { ClaimTicket, RecordId } from 'mcp-request-idempotency';

@@ -7,7 +7,7 @@
 // form, at native speed. One walk checks that the value is such a value and gathers the names;
 // anything else is left to `canonicalJson` in fingerprint.ts, the plain writer, which refuses or
 // writes it. What this path writes is always what the plain writer writes
-// (test/fingerprint-fast.test.ts); why it exists, and what it saves, is in docs/cost.md.
+// (test/idempotency/core/fingerprint-fast.test.ts); why it exists, and what it saves, is in docs/cost.md.
 
 /**
  * Names past this many make the native writer look each one up on every object: the full

@@ -23,7 +23,7 @@ export function fingerprintToolCall(name: unknown, args: unknown): FingerprintRe
     // SEP: an absent `arguments` is the same request as `{}`.
     const value = [name, args === undefined ? {} : args];
     // The fast path writes what it can at native speed and gives up on the rest; what it writes is
-    // what `canonicalJson` writes (test/fingerprint-fast.test.ts holds the two together).
+    // what `canonicalJson` writes (test/idempotency/core/fingerprint-fast.test.ts holds the two together).
     canonical = nativelyCanonical(value) ?? canonicalJson(value);
   } catch (error) {
     // JSON.parse turns 1e400 into Infinity, which RFC 8785 cannot write; and very deep
@@ -39,7 +39,7 @@ export function fingerprintToolCall(name: unknown, args: unknown): FingerprintRe
 //
 // Written out rather than taken from the `canonicalize` package, whose per-string and
 // per-object work made large arguments slow; its output, and the reason it refuses a value, are
-// kept exactly (package version 4.0.0) for every input: test/equivalence.test.ts holds this code
+// kept exactly (package version 4.0.0) for every input: test/idempotency/core/fingerprint.test.ts holds this code
 // to the package, which stays as the tests' reference. (Only the depth at which nesting exhausts
 // the stack differs: it depends on the stack and the JIT.)
 //   - Members sorted by their names' UTF-16 code units.
