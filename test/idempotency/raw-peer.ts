@@ -7,6 +7,7 @@ import {
   CLIENT_INFO_META_KEY,
   PROTOCOL_VERSION_META_KEY,
 } from '@modelcontextprotocol/client';
+import { Messages } from 'mcp-request-idempotency';
 import { MODERN_PROTOCOL_VERSION } from '../../packages/idempotency/core/protocol.js';
 
 type Message = Record<string, unknown>;
@@ -15,7 +16,7 @@ type Message = Record<string, unknown>;
 export interface PeerTransport {
   onmessage?: ((message: never) => void) | undefined;
   start(): Promise<void>;
-  send(message: never): Promise<void>;
+  send(message: never, options?: never): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -63,12 +64,18 @@ export class RawPeer {
     return peer;
   }
 
-  /** Sends `method` with `params` (and the envelope, on 2026-07-28); the whole answer, as sent. */
-  async request(method: string, params: Message): Promise<Message> {
+  /**
+   * Sends `method` with `params` (and the envelope, on 2026-07-28); the whole answer, as sent.
+   * `options` go to the transport's `send` (v1's in-memory transport hands on `authInfo` so).
+   */
+  async request(method: string, params: Message, options?: Message): Promise<Message> {
     const id = this.nextId++;
     const answer = new Promise<Message>((resolve) => this.waiting.set(id, resolve));
     const withEnvelope = this.envelope ? { ...params, _meta: this.envelope } : params;
-    await this.transport.send({ jsonrpc: '2.0', id, method, params: withEnvelope } as never);
+    await this.transport.send(
+      { jsonrpc: '2.0', id, method, params: withEnvelope } as never,
+      options as never,
+    );
     return answer;
   }
 
@@ -76,3 +83,10 @@ export class RawPeer {
     return this.transport.close();
   }
 }
+
+/** The SEP's conflict for `idempotencyKey`, exactly as the guard writes it on the wire (no prefix). */
+export const conflictOnTheWire = (idempotencyKey: string) => ({
+  code: -32602,
+  message: Messages.conflict,
+  data: { type: 'idempotency_key_conflict', idempotencyKey },
+});
