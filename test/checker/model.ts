@@ -39,6 +39,10 @@ export interface Flaws {
   unscoped?: boolean;
   /** Replay a stored result before asking whether the caller may call the tool. */
   replayBeforeAuthorization?: boolean;
+  /** Replay a key's record whatever the request: no fingerprint. */
+  noFingerprint?: boolean;
+  /** Refuse every key this says no to, as a server with limits of its own on keys may. */
+  acceptKey?: (key: string) => boolean;
   /** Hold a duplicate until its original ends, then replay it. */
   holdDuplicate?: boolean;
 }
@@ -89,6 +93,8 @@ export class Model {
     if (forbidden && !this.flaws.replayBeforeAuthorization) return refusal;
     const key = params.idempotencyKey;
     if (key === undefined || this.flaws.ignoreKeys) return forbidden ? refusal : this.#execute(params);
+    if (this.flaws.acceptKey?.(key) === false)
+      return { error: { code: -32602, message: 'idempotencyKey: not taken' } };
     const scoped = `${this.flaws.unscoped ? '' : caller}/${this.flaws.foldKeyCase ? key.toLowerCase() : key}`;
     const fingerprint = `${params.name} ${this.flaws.keyOrderMatters ? JSON.stringify(params.arguments ?? {}) : sorted(params.arguments ?? {})}`;
     const record = this.#records.get(scoped);
@@ -100,7 +106,7 @@ export class Model {
       fresh.result = await done;
       return fresh.result as object;
     }
-    if (record.fingerprint !== fingerprint) {
+    if (record.fingerprint !== fingerprint && !this.flaws.noFingerprint) {
       if (this.flaws.conflictExecutes) await this.#execute(params);
       return idempotency(-32602, 'idempotency_key_conflict', key);
     }
