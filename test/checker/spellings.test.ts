@@ -116,7 +116,7 @@ describe('a value that is not the same', () => {
   });
 
   it('with other arguments changes exactly one scalar, and nothing if there is none', () => {
-    // Numbers whose successor is another number: those past 2^53 are the subject of their own test.
+    // Numbers whose successor is another number: past 2^53, n + 1 is n again.
     const counted = args.filter((value) => scalars(value).every((x) => typeof x !== 'number' || x + 1 !== x));
     fc.assert(
       fc.property(counted, (value) => {
