@@ -98,7 +98,8 @@ export function otherArguments(args: Args): Args | undefined {
     if (isObject(value)) return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, change(v)]));
     if (changed) return value;
     changed = ['number', 'string', 'boolean'].includes(typeof value);
-    if (typeof value === 'number') return value + 1;
+    // Past 2^53 a number's successor is the same double: half of it is another number there.
+    if (typeof value === 'number') return value + 1 !== value ? value + 1 : value / 2;
     return typeof value === 'string' ? `${value}-other` : typeof value === 'boolean' ? !value : value;
   };
   const result = change(args);

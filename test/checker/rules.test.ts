@@ -263,3 +263,17 @@ describe("the explorer's finding", () => {
     expect(withExploration(base(), exploration('key.opaque')).results[1]?.observed).toBe('scripted');
   });
 });
+
+describe('a correct server called with a large number', () => {
+  it('passes conflict.other-arguments: the different request the checker sends is a different request', async () => {
+    const model = new Model();
+    // An order id past 2^53, as JSON allows: its "other" value, id + 1, is the same double.
+    const run = new Run(model.peer(), {
+      tool: 'charge',
+      arguments: { order: 2 ** 53, amount: 1 },
+      transport: 'stdio',
+    });
+    const result = await checkRule(run, rule('conflict.other-arguments'));
+    expect(result.status, result.observed).toBe('passed');
+  });
+});
