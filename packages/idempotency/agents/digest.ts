@@ -67,22 +67,27 @@ const FILE_FIELDS: Readonly<Record<string, string>> = {
 /** `value` with every message's file data in one form: what the SDK sends for it. */
 function asSent(value: unknown): unknown {
   if (!Array.isArray(value)) return value;
-  return value.map((message) => {
-    if (!isPlainObject(message) || !Array.isArray(message.content)) return message;
-    return { ...message, content: message.content.map(partAsSent) };
+  return value.map((message, i) => {
+    if (!isPlainObject(message)) return message;
+    const read = membersOf(message, `$[${i}]`);
+    if (!Array.isArray(read.content)) return read;
+    return { ...read, content: read.content.map((part, j) => partAsSent(part, `$[${i}].content[${j}]`)) };
   });
 }
 
-function partAsSent(part: unknown): unknown {
-  if (!isPlainObject(part)) return part;
-  if (part.type === 'tool-result' && isPlainObject(part.output) && part.output.type === 'content') {
-    const items = part.output.value;
+function partAsSent(value: unknown, path: string): unknown {
+  if (!isPlainObject(value)) return value;
+  const part = membersOf(value, path);
+  const output = isPlainObject(part.output) ? membersOf(part.output, `${path}.output`) : part.output;
+  if (part.type === 'tool-result' && isPlainObject(output) && output.type === 'content') {
+    const items = output.value;
     if (!Array.isArray(items)) return part;
-    return { ...part, output: { ...part.output, value: items.map(partAsSent) } };
+    const value = items.map((item, k) => partAsSent(item, `${path}.output.value[${k}]`));
+    return { ...part, output: { ...output, value } };
   }
   const field = typeof part.type === 'string' ? FILE_FIELDS[part.type] : undefined;
   if (field === undefined || !(field in part)) return part;
-  const { data, mediaType } = fileDataAsSent(part[field]);
+  const { data, mediaType } = fileDataAsSent(part[field], `${path}.${field}`);
   const sent: Record<string, unknown> = { ...part, [field]: data };
   // The SDK's order: the media type a data URL names, else the part's own.
   if (mediaType !== undefined) sent.mediaType = mediaType;
@@ -90,8 +95,9 @@ function partAsSent(part: unknown): unknown {
 }
 
 /** File data in its tagged form, with the media type a data URL names (ai 7's reading of it). */
-function fileDataAsSent(data: unknown): { data: unknown; mediaType?: string } {
-  if (isPlainObject(data)) {
+function fileDataAsSent(value: unknown, path: string): { data: unknown; mediaType?: string } {
+  if (isPlainObject(value)) {
+    const data = membersOf(value, path);
     if (data.type === 'data') return { data: { ...data, data: bytesOf(data.data) } };
     if (data.type === 'url') {
       const url =
@@ -106,6 +112,7 @@ function fileDataAsSent(data: unknown): { data: unknown; mediaType?: string } {
     if (data.type === 'reference' || data.type === 'text') return { data };
     return { data: { type: 'reference', reference: data } };
   }
+  const data = value;
   if (data instanceof URL) return urlAsSent(data);
   // A string is an address if it parses as one (base64 has no `:`), else base64.
   if (typeof data === 'string' && URL.canParse(data)) {
@@ -113,6 +120,14 @@ function fileDataAsSent(data: unknown): { data: unknown; mediaType?: string } {
     return urlAsSent(url, url.href === data ? {} : { originalUrl: data });
   }
   return { data: { type: 'data', data: bytesOf(data) } };
+}
+
+/**
+ * A plain object's members, each read once, where the SDK reads it: a getter that throws is the
+ * refusal of that member, by its path, as anywhere else in the messages.
+ */
+function membersOf(value: Record<string, unknown>, path: string): Record<string, unknown> {
+  return Object.fromEntries(Object.keys(value).map((key) => [key, read(value, key, `${path}.${key}`)]));
 }
 
 function urlAsSent(url: URL, tagged: Record<string, unknown> = {}): { data: unknown; mediaType?: string } {

@@ -152,6 +152,41 @@ describe('a value with no form to digest', () => {
     });
   });
 
+  it('names a getter that throws where the SDK reads a part as it sends it, too', () => {
+    // The members the AI SDK reads to put a part in its sent form (a message's content and role, a
+    // part's type, a tool result's output, a file's data) are read here before any other.
+    const throwing = (key: string, rest: Record<string, unknown>) =>
+      Object.defineProperty({ ...rest }, key, {
+        enumerable: true,
+        get() {
+          throw new Error('revoked');
+        },
+      });
+    const file = { type: 'file', mediaType: 'application/pdf', data: 'AAAA' };
+    const result = (output: unknown) => ({ type: 'tool-result', toolCallId: 'c', output });
+    const cases: [unknown, string][] = [
+      [[throwing('content', { role: 'user' })], '$[0].content'],
+      [[throwing('role', { content: [file] })], '$[0].role'],
+      [[{ role: 'user', content: [throwing('type', { data: 'AAAA' })] }], '$[0].content[0].type'],
+      [[{ role: 'user', content: [throwing('data', { type: 'file' })] }], '$[0].content[0].data'],
+      [
+        [{ role: 'user', content: [{ type: 'file', data: throwing('type', {}) }] }],
+        '$[0].content[0].data.type',
+      ],
+      [[{ role: 'tool', content: [throwing('output', result(0))] }], '$[0].content[0].output'],
+      [
+        [{ role: 'tool', content: [result(throwing('value', { type: 'content' }))] }],
+        '$[0].content[0].output.value',
+      ],
+      [
+        [{ role: 'tool', content: [result({ type: 'content', value: [throwing('data', file)] })] }],
+        '$[0].content[0].output.value[0].data',
+      ],
+    ];
+    for (const [value, path] of cases)
+      expect(refusal(value), path).toMatchObject({ path, message: expect.stringContaining('revoked') });
+  });
+
   it('is refused past 256 levels of nesting, rather than run out of stack', () => {
     let deep: unknown = 'bottom';
     for (let i = 0; i < 300; i++) deep = [deep];
