@@ -80,6 +80,9 @@ export function guardSettings(options: IdempotencyGuardOptions): GuardSettings {
     if (!(Number.isFinite(ms) && ms > 0 && ms <= MAX_RETENTION_MS))
       throw new RangeError(`${name} must be a positive number of ms up to ${MAX_RETENTION_MS}, got ${ms}`);
   }
+  // 0 says no tool sends derived keys; a negative or NaN window is a mistake, not a setting.
+  if (!(Number.isFinite(providerKeyRetentionMs) && providerKeyRetentionMs >= 0))
+    throw new RangeError(`providerKeyRetentionMs must be 0 or a number of ms, got ${providerKeyRetentionMs}`);
   if (!(retentionMs >= providerKeyRetentionMs)) {
     throw new RangeError(Messages.retentionBelowProviderKeys(retentionMs, providerKeyRetentionMs));
   }

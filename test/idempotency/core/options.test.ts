@@ -128,7 +128,10 @@ describe('records kept shorter than the providers keep their keys', () => {
     ).not.toThrow();
   });
 
-  it("are refused when the providers' retention is no number at all", () => {
-    expect(() => createToolCallGuard({ store, providerKeyRetentionMs: Number.NaN })).toThrow(RangeError);
+  it("are refused, by name, when the providers' retention is negative or no number at all", () => {
+    for (const providerKeyRetentionMs of [Number.NaN, -1, -86_400_000, Number.NEGATIVE_INFINITY])
+      expect(() => createToolCallGuard({ store, providerKeyRetentionMs })).toThrow(
+        `providerKeyRetentionMs must be 0 or a number of ms, got ${providerKeyRetentionMs}`,
+      );
   });
 });
