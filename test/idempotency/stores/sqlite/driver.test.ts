@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
 import {
   SqliteConnection,
   sqliteCodeOf,
@@ -16,23 +16,16 @@ import {
 } from '../../../../packages/idempotency/stores/sqlite/driver.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sep3182-sqlite-driver-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
 let files = 0;
 const newFile = () => join(dir, `${++files}.sqlite`);
 
-const open: SqliteConnection[] = [];
+/** A connection to `file`, closed as its test ends. */
 function connect(file: string): SqliteConnection {
   const db = SqliteConnection.open(file);
-  open.push(db);
+  onTestFinished(() => db.close());
   return db;
 }
-
-afterEach(() => {
-  for (const db of open.splice(0)) db.close();
-});
-
-afterAll(() => {
-  rmSync(dir, { recursive: true, force: true });
-});
 
 /** The error `work` throws. */
 function thrownBy(work: () => unknown): unknown {
