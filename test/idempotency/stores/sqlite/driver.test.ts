@@ -3,6 +3,7 @@
 // says whether a transaction is open, and each failure reads as SQLite's primary result code
 // (`SQLITE_BUSY`, never the extended `SQLITE_BUSY_SNAPSHOT`), which is what the store decides on.
 // These run on the binding this Node has: the Node 24 line runs them on node:sqlite.
+// Rows are compared with toEqual: node:sqlite (Node 22.13+) answers rows with no prototype.
 
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -49,7 +50,7 @@ describe('a connection, on either binding', () => {
         db.run('DELETE FROM t');
         expect(db.run('INSERT INTO t VALUES (1, ?, ?, ?, ?)', text, big, blob, null)).toBe(1);
         const row = db.get('SELECT text, CAST(big AS TEXT) AS big, hex(blob) AS blob, absent FROM t');
-        expect(row).toStrictEqual({
+        expect(row).toEqual({
           text,
           big: big.toString(),
           blob: Buffer.from(blob).toString('hex').toUpperCase(),
@@ -60,7 +61,7 @@ describe('a connection, on either binding', () => {
     );
     db.run('INSERT INTO t (k) VALUES (2), (3)');
     expect(db.run('UPDATE t SET text = ?', 'x')).toBe(3);
-    expect(db.all('SELECT k FROM t ORDER BY k')).toStrictEqual([{ k: 1 }, { k: 2 }, { k: 3 }]);
+    expect(db.all('SELECT k FROM t ORDER BY k')).toEqual([{ k: 1 }, { k: 2 }, { k: 3 }]);
     expect(db.get('SELECT k FROM t WHERE k = 9')).toBeUndefined();
   });
 
@@ -86,7 +87,7 @@ describe('a connection, on either binding', () => {
     const [a, b] = [connect(file), connect(file)];
     a.exec('CREATE TABLE t (v TEXT)');
     a.run('INSERT INTO t VALUES (?)', 'committed');
-    expect(b.get('SELECT v FROM t')).toStrictEqual({ v: 'committed' });
+    expect(b.get('SELECT v FROM t')).toEqual({ v: 'committed' });
   });
 });
 
@@ -115,7 +116,8 @@ describe("SQLite's failures, in its primary result codes", () => {
     b.run('ROLLBACK');
     const mistake = thrownBy(() => b.run('SELEC 1'));
     expect(sqliteCodeOf(mistake)).toBe('SQLITE_ERROR');
-    expect(sqliteMessageOf(mistake)).toMatch(/syntax error/);
+    // SQLite's words: better-sqlite3 gives the statement's own message, node:sqlite its code's.
+    expect(sqliteMessageOf(mistake)).toMatch(/syntax error|SQL logic error/);
   });
 
   it('names a file that is no database SQLITE_NOTADB, and a folder that is not there SQLITE_CANTOPEN', () => {

@@ -4,6 +4,7 @@
 // tool wrote stands, no statement follows, and the record is left to be written on its own) and
 // one that ended refuses every statement; and the server's own reads see one snapshot and refuse
 // writes, its own mistakes reaching it as its own errors, the file's failures as the store's.
+// Rows are compared with toEqual: node:sqlite (Node 22.13+) answers rows with no prototype.
 
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -26,18 +27,23 @@ let files = 0;
 /** A file of the store's schema with a table of the tool's, and what its store lends tool transactions. */
 function storeFile(busyTimeoutMs = 30_000) {
   const path = join(dir, `${++files}.sqlite`);
+  const open = () => {
+    const db = SqliteConnection.open(path);
+    configure(db, { synchronous: 'normal' });
+    return db;
+  };
+  // The tool transactions' connection is theirs to close; the test's own are closed here.
   const connections: SqliteConnection[] = [];
   const connect = () => {
-    const db = SqliteConnection.open(path);
+    const db = open();
     connections.push(db);
-    configure(db, { synchronous: 'normal' });
     return db;
   };
   const db = connect();
   migrate(db);
   db.exec('CREATE TABLE charges (key TEXT PRIMARY KEY, amount INTEGER NOT NULL)');
   const lock = new ProcessWriteLock();
-  const tools = new ToolTransactions({ path, lock, busyTimeoutMs, connect, checkStillThere: () => {} });
+  const tools = new ToolTransactions({ path, lock, busyTimeoutMs, connect: open, checkStillThere: () => {} });
   onTestFinished(() => {
     tools.close();
     for (const connection of connections) connection.close();
@@ -70,10 +76,10 @@ describe("a tool's transaction", () => {
     const second = tools.begin('claim-2');
     expect(await settled(second)).toBe(false);
 
-    expect(tools.commitWith('claim-1', () => 'recorded')).toStrictEqual({ recorded: 'recorded' });
+    expect(tools.commitWith('claim-1', () => 'recorded')).toEqual({ recorded: 'recorded' });
     (await second).run('INSERT INTO charges VALUES (?, ?)', 'k2', 200);
     tools.rollback('claim-2');
-    expect(charges()).toStrictEqual([{ key: 'k1', amount: 100 }]);
+    expect(charges()).toEqual([{ key: 'k1', amount: 100 }]);
   });
 
   it('is refused as the store being unavailable, naming the file, once its turn has not come within the busy bound', async () => {
@@ -97,7 +103,7 @@ describe("a tool's transaction", () => {
     expect(await settled(begun)).toBe(false);
     other.run('COMMIT');
     (await begun).run('INSERT INTO charges VALUES (?, ?)', 'k', 1);
-    expect(tools.commitWith('claim', () => true)).toStrictEqual({ recorded: true });
+    expect(tools.commitWith('claim', () => true)).toEqual({ recorded: true });
   });
 
   it('keeps a tool’s savepoints inside it: what the tool rolls back to is gone, the rest commits with the record', async () => {
@@ -108,8 +114,8 @@ describe("a tool's transaction", () => {
     tx.run('INSERT INTO charges VALUES (?, ?)', 'undone', 2);
     tx.run('ROLLBACK TO attempt');
     tx.run('RELEASE attempt');
-    expect(tools.commitWith('claim', () => true)).toStrictEqual({ recorded: true });
-    expect(charges()).toStrictEqual([{ key: 'kept', amount: 1 }]);
+    expect(tools.commitWith('claim', () => true)).toEqual({ recorded: true });
+    expect(charges()).toEqual([{ key: 'kept', amount: 1 }]);
   });
 
   it.each([
@@ -133,7 +139,7 @@ describe("a tool's transaction", () => {
         }),
       ).toBeUndefined();
       expect(recorded).toBe(false);
-      expect(charges()).toStrictEqual([]);
+      expect(charges()).toEqual([]);
       // The store's turn to write was given back.
       expect(await settled(tools.begin('next'))).toBe(true);
     },
@@ -147,7 +153,7 @@ describe("a tool's transaction", () => {
       "the idempotency record's transaction has ended: write before returning",
     );
     expect(() => tx.get('SELECT 1')).toThrow('has ended');
-    expect(charges()).toStrictEqual([]);
+    expect(charges()).toEqual([]);
   });
 });
 
@@ -161,7 +167,7 @@ describe("the server's own reads and writes", () => {
       other.run('INSERT INTO charges VALUES (?, ?)', 'meanwhile', 2);
       return [before, read.all('SELECT key FROM charges')];
     });
-    expect(seen).toStrictEqual([[{ key: 'k' }], [{ key: 'k' }]]);
+    expect(seen).toEqual([[{ key: 'k' }], [{ key: 'k' }]]);
     const write = (() => {
       try {
         readOwn(path, db, (read) => read.run('DELETE FROM charges'));
