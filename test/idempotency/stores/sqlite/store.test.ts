@@ -24,6 +24,7 @@ import { SqliteIdempotencyStore, type SqliteStoreOptions } from 'mcp-request-ide
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { SqliteLedger } from '../../../../demo/hosting/ledgers/sqlite.js';
 import { START_TIMEOUT_MS, waitUntil } from '../../../../demo/processes/bounds.js';
+import { ROOT } from '../../../../demo/processes/launch.js';
 import { CHARGE_LIMIT, declineMessage } from '../../../../ledger.js';
 import {
   claimTicket,
@@ -81,7 +82,7 @@ interface Worker {
   kill(): Promise<void>;
 }
 
-const WORKER = join(import.meta.dirname, 'support', 'sqlite-worker.ts');
+const WORKER = join(ROOT, 'test', 'support', 'sqlite-worker.ts');
 
 async function startWorker(file: string, busyTimeoutMs?: number): Promise<Worker> {
   const args = ['--import', 'tsx', WORKER, file, ...(busyTimeoutMs ? [String(busyTimeoutMs)] : [])];
@@ -404,7 +405,7 @@ describe('a holder process, alive or dead', () => {
       await claimTicket(store, id);
 
       // Another server on the file, at its descriptor limit: every read of /proc fails (EMFILE).
-      const starved = join(import.meta.dirname, 'support', 'sqlite-starved.ts');
+      const starved = join(ROOT, 'test', 'support', 'sqlite-starved.ts');
       const command = `ulimit -n 200; exec "${process.execPath}" --import tsx "${starved}" "$@"`;
       const printed = execFileSync('sh', ['-c', command, 'sh', file, id.scope, id.idempotencyKey], {
         encoding: 'utf8',
