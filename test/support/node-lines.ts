@@ -18,8 +18,14 @@ export const BOTH_LINES: Record<string, string> = {
     'the SQLite store on its driver, processes racing on one file',
   'test/idempotency/stores/contract.test.ts': 'the store contract on the SQLite driver (and every store)',
   'test/model/guard.test.ts': 'the guard against the model, on memory and SQLite',
+  'test/idempotency/stores/sqlite/driver.test.ts': 'each binding keeping values and reading failures alike',
+  'test/idempotency/stores/sqlite/file.test.ts': "migrations and refusals, on that line's binding",
+  'test/idempotency/stores/sqlite/sql.test.ts':
+    "the store's statements against a model, on that line's binding",
+  'test/idempotency/stores/sqlite/transaction.test.ts': "a tool's transaction, on that line's binding",
   // V8's Unicode: String.prototype.isWellFormed and the \p{Cc} the key's rule reads.
   'test/idempotency/core/key.test.ts': "keys of every shape, on that line's V8",
+  'test/idempotency/agents/digest.test.ts': "messages digested as that line's V8 and Buffer read them",
   // The execution context rides AsyncLocalStorage, which Node 24 rebuilt on AsyncContextFrame.
   'test/idempotency/core/execution.test.ts':
     "the execution context a tool sees, through the guard's async hops",
@@ -29,6 +35,7 @@ export const BOTH_LINES: Record<string, string> = {
     'the agent adapters, which hand a tool call its key in async context',
   'test/idempotency/agents/ai-sdk.test.ts': "the AI SDK adapter's key, handed over in async context",
   'test/idempotency/agents/mastra.test.ts': "the Mastra adapter's steps, followed in async context",
+  'test/idempotency/agents/call.test.ts': "a tool call's key, held in async context across timers",
   'test/interop/test/agents-langchain.test.ts': "LangChain, whose callbacks ride Node's async context",
   // node:http (its parser, llhttp, and its timeouts), Node's streams and the fetch it bundles
   // (undici): each line has its own.
@@ -38,6 +45,9 @@ export const BOTH_LINES: Record<string, string> = {
   'test/demo/hosting/http.test.ts': "the HTTP entry's timeouts and connection limits",
   'test/e2e/http-origin.test.ts': 'Host and Origin as node:http hands them over',
   'test/idempotency/client/client.test.ts': "the client's retries over the bundled fetch",
+  'test/idempotency/sdk/v2.test.ts': "the v2 adapter behind the SDK's fetch handler, on that line's Request",
+  // Module loading: the main entry is checked to load no dependency through a module hook.
+  'test/idempotency/index.test.ts': "the main entry's imports, read through that line's module hooks",
   'test/demo/hosting/log.test.ts': 'decision lines flushed to a pipe before the process exits',
   'test/demo/processes/launch.test.ts': 'what a process does with an error no one handled',
   'test/checker/front-door.test.ts': "a server that cannot start, read from its runtime's error line",
