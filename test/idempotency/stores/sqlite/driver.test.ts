@@ -5,21 +5,18 @@
 // These run on the binding this Node has: the Node 24 line runs them on node:sqlite.
 // Rows are compared with toEqual: node:sqlite (Node 22.13+) answers rows with no prototype.
 
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import fc from 'fast-check';
-import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import {
   SqliteConnection,
   sqliteCodeOf,
   sqliteMessageOf,
 } from '../../../../packages/idempotency/stores/sqlite/driver.js';
+import { tempFolder } from '../../../support/temp-folder.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'sep3182-sqlite-driver-'));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
-let files = 0;
-const newFile = () => join(dir, `${++files}.sqlite`);
+const { dir, newFile } = tempFolder('sqlite-driver');
 
 /** A connection to `file`, closed as its test ends. */
 function connect(file: string): SqliteConnection {

@@ -5,11 +5,9 @@
 // operator as StoreUnavailableError naming the file and what to do.
 // Rows are compared with toEqual: node:sqlite (Node 22.13+) answers rows with no prototype.
 
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
-import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { StoreUnavailableError } from '../../../../packages/idempotency/stores/contract.js';
 import { SqliteConnection, sqliteCodeOf } from '../../../../packages/idempotency/stores/sqlite/driver.js';
 import {
@@ -22,14 +20,14 @@ import {
 } from '../../../../packages/idempotency/stores/sqlite/file.js';
 import { BusyError } from '../../../../packages/idempotency/stores/sqlite/in-process.js';
 import { MIGRATIONS, SCHEMA_VERSION } from '../../../../packages/idempotency/stores/sqlite/sql.js';
+import { tempFolder } from '../../../support/temp-folder.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'sep3182-sqlite-file-'));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
-let files = 0;
+const folder = tempFolder('sqlite-file');
+const { dir } = folder;
 
 /** A new file in the test's folder, and `count` connections to it, each closed as its test ends. */
 function newFile(count = 1): { path: string; dbs: SqliteConnection[] } {
-  const path = join(dir, `${++files}.sqlite`);
+  const path = folder.newFile();
   const dbs = Array.from({ length: count }, () => SqliteConnection.open(path));
   onTestFinished(() => {
     for (const db of dbs) db.close();

@@ -6,16 +6,14 @@
 // in one round and keeps every live one.
 // Rows are compared with toEqual: node:sqlite (Node 22.13+) answers rows with no prototype.
 
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
-import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { SqliteConnection } from '../../../../packages/idempotency/stores/sqlite/driver.js';
 import { MIGRATIONS, SQL, SWEEP_ROWS } from '../../../../packages/idempotency/stores/sqlite/sql.js';
+import { tempFolder } from '../../../support/temp-folder.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'sep3182-sqlite-sql-'));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const { dir } = tempFolder('sqlite-sql');
 
 /** A file of the current schema, for one test; no fsync per commit, since durability is not the subject. */
 function schemaFile(name: string): SqliteConnection {

@@ -6,10 +6,7 @@
 // writes, its own mistakes reaching it as its own errors, the file's failures as the store's.
 // Rows are compared with toEqual: node:sqlite (Node 22.13+) answers rows with no prototype.
 
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { StoreUnavailableError } from '../../../../packages/idempotency/stores/contract.js';
 import { SqliteConnection } from '../../../../packages/idempotency/stores/sqlite/driver.js';
 import { configure, migrate, transact } from '../../../../packages/idempotency/stores/sqlite/file.js';
@@ -19,14 +16,13 @@ import {
   ToolTransactions,
   writeOwn,
 } from '../../../../packages/idempotency/stores/sqlite/transaction.js';
+import { tempFolder } from '../../../support/temp-folder.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'sep3182-sqlite-transaction-'));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
-let files = 0;
+const folder = tempFolder('sqlite-transaction');
 
 /** A file of the store's schema with a table of the tool's, and what its store lends tool transactions. */
 function storeFile(busyTimeoutMs = 30_000) {
-  const path = join(dir, `${++files}.sqlite`);
+  const path = folder.newFile();
   const open = () => {
     const db = SqliteConnection.open(path);
     configure(db, { synchronous: 'normal' });
