@@ -201,10 +201,14 @@ export function sqliteCodeOf(error: unknown): string | undefined {
   return undefined;
 }
 
-/** SQLite's own words for an error (node:sqlite's `errstr`, better-sqlite3's message). */
+/**
+ * SQLite's own words for an error: the statement's message in either binding (`near "SELEC":
+ * syntax error`), or node:sqlite's words for its code (`errstr`) where it has no message.
+ */
 export function sqliteMessageOf(error: unknown): string {
+  const said = firstLine(error);
   const errstr = Reflect.get(Object(error), 'errstr');
-  return typeof errstr === 'string' ? errstr : firstLine(error);
+  return said === '' && typeof errstr === 'string' ? errstr : said;
 }
 
 function firstLine(error: unknown): string {
