@@ -12,7 +12,7 @@
 // or not, is in the block's own process group, which is killed when the block's check ends.
 
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createServer as createNetServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -128,25 +128,32 @@ interface Running {
   exited: Promise<number | null>;
 }
 
-/** Starts `script` in bash, in the repository, in a process group of its own. */
+/**
+ * Starts `script` in bash, in the repository, in a process group of its own. Its output goes to
+ * files, not pipes: all it wrote before it exited is there once its exit is seen, however the event
+ * loop orders a pipe's last bytes and the exit, and the jobs it leaves running write on there.
+ */
 function bash(script: string, env: NodeJS.ProcessEnv = {}): Running {
+  const dir = mkdtempSync(join(tmpdir(), 'sep3182-block-'));
+  scratch.push(dir);
+  const [outFile, errFile] = [join(dir, 'stdout'), join(dir, 'stderr')];
+  const [out, err] = [openSync(outFile, 'w'), openSync(errFile, 'w')];
   const child = spawn('bash', ['-c', script], {
     cwd: ROOT,
     env: { ...process.env, ...env },
     detached: true,
-    stdio: ['pipe', 'pipe', 'pipe'],
+    stdio: ['pipe', out, err],
   });
+  closeSync(out);
+  closeSync(err);
   children.add(child);
-  let stdout = '';
-  let stderr = '';
-  child.stdout?.on('data', (chunk) => {
-    stdout += chunk;
-  });
-  child.stderr?.on('data', (chunk) => {
-    stderr += chunk;
-  });
   const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
-  return { child, stdout: () => stdout, stderr: () => stderr, exited };
+  return {
+    child,
+    stdout: () => readFileSync(outFile, 'utf8'),
+    stderr: () => readFileSync(errFile, 'utf8'),
+    exited,
+  };
 }
 
 /**
