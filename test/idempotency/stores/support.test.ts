@@ -79,7 +79,8 @@ describe('a call to a backend under a deadline', () => {
     await expect(withDeadline(new Promise(() => {}), 30, 'Postgres')).rejects.toThrow(
       'no reply from Postgres within 30 ms',
     );
-    expect(performance.now() - started).toBeGreaterThanOrEqual(29);
+    // Node may fire a timer a millisecond or so before its time by performance.now().
+    expect(performance.now() - started).toBeGreaterThanOrEqual(25);
   });
 });
 

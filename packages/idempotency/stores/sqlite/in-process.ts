@@ -55,18 +55,24 @@ export class ProcessWriteLock {
   take(deadline: number): Promise<void> {
     if (this.tryTake()) return Promise.resolve();
     return new Promise((resolve, reject) => {
+      let timer: ReturnType<typeof setTimeout>;
       const granted = () => {
         clearTimeout(timer);
         resolve();
       };
-      const timer = setTimeout(
-        () => {
-          const at = this.waiting.indexOf(granted);
-          if (at >= 0) this.waiting.splice(at, 1);
-          reject(new BusyError());
-        },
-        Math.max(0, deadline - performance.now()),
-      );
+      // A timer counts from the event loop's cached clock, which can lag the real one, so it may
+      // fire a millisecond before the deadline: a waiter gives up only once the deadline is past.
+      const giveUpAtDeadline = () => {
+        const left = deadline - performance.now();
+        if (left > 0) {
+          timer = setTimeout(giveUpAtDeadline, left);
+          return;
+        }
+        const at = this.waiting.indexOf(granted);
+        if (at >= 0) this.waiting.splice(at, 1);
+        reject(new BusyError());
+      };
+      timer = setTimeout(giveUpAtDeadline, Math.max(0, deadline - performance.now()));
       this.waiting.push(granted);
     });
   }

@@ -5,7 +5,7 @@
 // store on it is open; and a slot per (scope, key) that no other pair shares.
 
 import fc from 'fast-check';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import {
   BusyError,
   type KnownReplay,
@@ -57,11 +57,36 @@ describe("the process's write lock on a file", () => {
     const impatient = lock.take(started + 100);
     const patient = lock.take(started + 60_000);
     await expect(impatient).rejects.toBeInstanceOf(BusyError);
-    expect(performance.now() - started).toBeGreaterThanOrEqual(99);
+    expect(performance.now() - started).toBeGreaterThanOrEqual(100);
     lock.give();
     await patient;
     // The patient waiter holds it now: nobody else may take it.
     expect(lock.tryTake()).toBe(false);
+  });
+
+  it('does not give up on a waiter before its bound when the timer fires early', async () => {
+    // Node counts a timer in whole milliseconds of the event loop's clock, so it can fire a
+    // millisecond before the bound by performance.now(). Fake timers fire it long before.
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    try {
+      const lock = new ProcessWriteLock();
+      expect(lock.tryTake()).toBe(true);
+      const bound = performance.now() + 30;
+      let gaveUpAt: number | undefined;
+      const impatient = lock.take(bound).catch((error: unknown) => {
+        gaveUpAt = performance.now();
+        throw error;
+      });
+      vi.advanceTimersByTime(30);
+      await Promise.resolve();
+      expect(gaveUpAt).toBeUndefined();
+      while (performance.now() < bound);
+      vi.advanceTimersByTime(30);
+      await expect(impatient).rejects.toBeInstanceOf(BusyError);
+      expect(gaveUpAt).toBeGreaterThanOrEqual(bound);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
 
