@@ -243,7 +243,8 @@ describe('SEP-3182 scenarios through the conformance suite’s own runner', () =
       for (const name of ['guarded', 'unguarded'] as const) {
         const checks = await scenarioOn(name);
         const url = name === 'guarded' ? guarded.url : unguarded.url;
-        const checker = await runChecker(['--url', url.href, ...CHECKER_CALL]);
+        // The rules' checks alone: the explorer's generated histories have no scenario to agree with.
+        const checker = await runChecker(['--url', url.href, ...CHECKER_CALL, '--budget', '0']);
         expect(checker.stderr).toBe('');
         const pairs = Object.entries(CHECKER_RULE).map(([check, rule]) => ({
           check,
