@@ -13,7 +13,7 @@ import { randomInt } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import type { CounterOption } from './effect.js';
 import { explore } from './explore.js';
-import { headline } from './headline.js';
+import { generatedHistories, headline } from './headline.js';
 import { counterMistake, type Report, RULES, Run, runChecks, type Status, withExploration } from './rules.js';
 import { baseline } from './scenarios.js';
 import {
@@ -304,7 +304,7 @@ function explorationLines({ exploration }: Report): string[] {
   if (!exploration) return [];
   const { histories, seed, budget, calls, unjudged, failure, notes } = exploration;
   const out = [
-    `Explored ${histories} generated histories (--seed ${seed}, --budget ${budget}): ${calls} tools/call requests` +
+    `Explored ${generatedHistories(histories)} (--seed ${seed}, --budget ${budget}): ${calls} tools/call requests` +
       (unjudged ? `, ${unjudged} left unjudged (the counter could not be read)` : '') +
       (notes.length ? `; ${notes.join('; ')}` : ''),
   ];

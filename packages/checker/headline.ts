@@ -58,6 +58,11 @@ export function headline(report: Report): string {
     return `A server that deduplicates, but breaks ${failed.map((r) => r.id).join(', ')}`;
   if (report.unobserved.length > 0)
     return 'Not judged: nothing certain about deduplication (the call, its counter or the exchange could not be read)';
-  const histories = report.exploration ? ` and ${report.exploration.histories} generated histories` : '';
+  const histories = report.exploration ? ` and ${generatedHistories(report.exploration.histories)}` : '';
   return `A server that deduplicates as SEP-3182 asks, as far as its rules${histories} show`;
+}
+
+/** "1 generated history", "30 generated histories". */
+export function generatedHistories(count: number): string {
+  return `${count} generated ${count === 1 ? 'history' : 'histories'}`;
 }

@@ -142,5 +142,8 @@ describe('a run with nothing broken', () => {
     expect(headline(report({}, { exploration: explored(321) }))).toBe(
       'A server that deduplicates as SEP-3182 asks, as far as its rules and 321 generated histories show',
     );
+    expect(headline(report({}, { exploration: explored(1) }))).toBe(
+      'A server that deduplicates as SEP-3182 asks, as far as its rules and 1 generated history show',
+    );
   });
 });
