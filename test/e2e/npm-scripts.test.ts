@@ -112,10 +112,12 @@ describe.each(['SIGTERM', 'SIGINT'] as const)('npm, its own PID sent %s', (signa
     START_TIMEOUT_MS + 2 * WAIT_MS,
   );
 
-  // The default demo starts its servers; the full tour, a payment provider and Redis besides.
+  // The default demo starts its servers; the full tour, a payment provider and Redis besides. The
+  // tour reaches its payment provider half a minute in, and the demo stops on either signal by one
+  // handler: the tour is stopped by Ctrl-C's alone, the signal npm relays being what the rest show.
   it.each([
     ['demo', 'server.ts'],
-    ['demo:all', 'demo/payment-provider/api.ts'],
+    ...(signal === 'SIGINT' ? [['demo:all', 'demo/payment-provider/api.ts']] : []),
   ])(
     'npm run %s: stops what it started (%s among them)',
     async (script, marker) => {
