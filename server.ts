@@ -25,7 +25,6 @@ import {
 import { installIdempotencyGuard, verifyGuardSeesKeys } from 'mcp-request-idempotency/sdk-v2';
 import { z } from 'zod';
 import { messageOf, readCommandLine } from './demo/hosting/cli.js';
-import { parseBearerTokens } from './demo/hosting/http.js';
 import { batchDecisionLines, logDecision } from './demo/hosting/log.js';
 import {
   processRequestStateCodec,
@@ -33,7 +32,7 @@ import {
   registerRefundTool,
 } from './demo/hosting/refund-tool.js';
 import { REQUEST_STATE_TTL_SECONDS, requestStateCodec } from './demo/hosting/request-state.js';
-import { CALLER_SCOPES, DEMO_SCOPES, demoScopeOf } from './demo/hosting/scopes.js';
+import { CALLER_SCOPES, DEMO_SCOPES, demoScopeOf, parseBearerTokens } from './demo/hosting/scopes.js';
 import { serve } from './demo/hosting/serve.js';
 import { openBackends } from './demo/hosting/storage.js';
 import { startTelemetry } from './demo/hosting/telemetry.js';

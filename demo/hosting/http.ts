@@ -23,6 +23,7 @@ import {
   OAuthErrorCode,
 } from '@modelcontextprotocol/server';
 import express, { type ErrorRequestHandler, type Request, type RequestHandler, type Response } from 'express';
+import type { BearerTokens } from './scopes.js';
 import type { RequestSpans } from './telemetry.js';
 
 /**
@@ -55,53 +56,6 @@ const TIMEOUT_CHECK_INTERVAL_MS = 1_000;
  * Twice the busiest client load measured here (the bench's 64 concurrent clients).
  */
 export const DEFAULT_MAX_CONNECTIONS = 128;
-
-/** One bearer token the demo accepts: whose it is, and what it may do. */
-export interface BearerToken {
-  token: string;
-  /** The principal: the caller's authorization boundary, and so the scope of its records. */
-  principal: string;
-  /** OAuth scopes; each tool requires one (see `DEMO_SCOPES` in scopes.ts). */
-  scopes: readonly string[];
-}
-
-export type BearerTokens = readonly BearerToken[];
-
-/**
- * Parses `DEMO_BEARER_TOKENS`: comma-separated `principal:token` or `principal:token:scope+scope`.
- * A principal may hold several tokens (one that may charge, one that may only read). An entry
- * without scopes gets `unnamed`, the scopes any caller may hold; a scope beyond those (an
- * operator's) only when the entry names it: a token gets no more than it is given. Throws, naming
- * the entry, on anything else.
- */
-export function parseBearerTokens(
-  spec: string,
-  allScopes: readonly string[],
-  unnamed: readonly string[],
-): BearerTokens {
-  const tokens: BearerToken[] = [];
-  for (const entry of spec.split(',').map((s) => s.trim())) {
-    if (entry === '') continue;
-    const [principal, token, scopeList, ...rest] = entry.split(':');
-    const shape = 'principal:token or principal:token:scope+scope';
-    if (!principal || !token || rest.length > 0 || scopeList === '') {
-      throw new Error(`DEMO_BEARER_TOKENS entries are ${shape}, got "${entry}"`);
-    }
-    const scopes = scopeList === undefined ? [...unnamed] : scopeList.split('+');
-    const unknown = scopes.find((scope) => !allScopes.includes(scope));
-    if (unknown !== undefined) {
-      throw new Error(
-        `DEMO_BEARER_TOKENS entry "${entry}" names the scope "${unknown}"; the scopes are ${allScopes.join(', ')}`,
-      );
-    }
-    if (tokens.some((known) => known.token === token)) {
-      throw new Error(`DEMO_BEARER_TOKENS gives the token of "${entry}" twice`);
-    }
-    tokens.push({ principal, token, scopes });
-  }
-  if (tokens.length === 0) throw new Error('DEMO_BEARER_TOKENS is set but names no principal');
-  return tokens;
-}
 
 export interface HttpServerOptions {
   host: string;

@@ -7,8 +7,8 @@
 import type { McpServer } from '@modelcontextprotocol/server';
 import type { ClaimsInFlight } from 'mcp-request-idempotency';
 import { messageOf, type ServerConfig } from './cli.js';
-import { type BearerTokens, startHttpServer } from './http.js';
 import { log, reportSdkError } from './log.js';
+import type { BearerTokens } from './scopes.js';
 import { serveStdio } from './stdio.js';
 import type { Backends } from './storage.js';
 import type { Telemetry } from './telemetry.js';
@@ -72,6 +72,9 @@ export async function serve({
     log({ event: 'listening', ...shown });
     return;
   }
+  // Loaded here, not above: a stdio server, which a client starts for each session, need not load
+  // Express and the SDK's HTTP entry.
+  const { startHttpServer } = await import('./http.js');
   const http = await startHttpServer({
     host: config.host,
     port: config.port,

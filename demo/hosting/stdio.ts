@@ -11,7 +11,6 @@ import { Transform, type TransformCallback } from 'node:stream';
 import type { McpServer } from '@modelcontextprotocol/server';
 import { parseJSONRPCMessage } from '@modelcontextprotocol/server';
 import { StdioServerTransport, serveStdio as sdkServeStdio } from '@modelcontextprotocol/server/stdio';
-import { DEFAULT_MAX_BODY_BYTES } from './http.js';
 
 export interface StdioService {
   /** The filtered input: it ends once the SDK has read every line the client sent. */
@@ -33,8 +32,8 @@ export function serveStdio(factory: () => McpServer, onerror?: (error: Error) =>
   return { input, close: served.close };
 }
 
-/** The HTTP body limit, for the same reason: far beyond any sane call, small enough to buffer. */
-export const MAX_STDIO_LINE_BYTES = DEFAULT_MAX_BODY_BYTES;
+/** 4 MB, as the HTTP body limit (http.ts): far beyond any sane call, small enough to buffer. */
+export const MAX_STDIO_LINE_BYTES = 4 * 1024 * 1024;
 
 const PARSE_ERROR = -32700;
 const INVALID_REQUEST = -32600;

@@ -37,8 +37,8 @@ import {
   scopedKeyDigest,
 } from 'mcp-request-idempotency/otel';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseBearerTokens, type RunningHttpServer, startHttpServer } from '../../../demo/hosting/http.js';
-import { CALLER_SCOPES, DEMO_SCOPES } from '../../../demo/hosting/scopes.js';
+import { type RunningHttpServer, startHttpServer } from '../../../demo/hosting/http.js';
+import { CALLER_SCOPES, DEMO_SCOPES, parseBearerTokens } from '../../../demo/hosting/scopes.js';
 import { mcpRequestSpans } from '../../../demo/hosting/telemetry.js';
 import { WAIT_MS } from '../../../demo/processes/bounds.js';
 import {
