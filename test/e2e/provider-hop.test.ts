@@ -43,6 +43,11 @@ const LEASE_MS = 1_000;
 /** How long the client waits for an answer in the "answer lost after the record" case. */
 const IMPATIENT_MS = 150;
 const CHARGED = 'Charged 100. New balance: 100';
+/**
+ * A fault case starts two or three servers, kills one and may wait out a lease: about 10 s on a
+ * busy 2-core machine. Its bound leaves room beyond that, for a machine busier still.
+ */
+const FAULT_CASE_MS = 90_000;
 
 /** Where the keyed call runs first, and where its retry goes. */
 interface Deployment {
@@ -253,7 +258,7 @@ function describeHop(implementation: ProviderImplementation, keysChoices: Keys[]
               } finally {
                 await running.close();
               }
-            });
+            }, FAULT_CASE_MS);
           }
         }
       });
