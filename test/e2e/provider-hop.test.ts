@@ -235,30 +235,34 @@ function describeHop(implementation: ProviderImplementation, keysChoices: Keys[]
             const replayedFromStore = deployment.redis && fault.point.startsWith('after the record');
             const expected = keys === 'derived' || replayedFromStore ? 1 : fault.withoutKeys;
             const how = keys === 'derived' ? 'with the provider key carried' : 'with no provider key';
-            it(`${fault.point}: ${expected === 1 ? 'one charge' : `${expected} charges`} ${how}`, async () => {
-              await provider.reset();
-              const running = await deployment.open(provider, keys);
-              try {
-                const params = {
-                  name: 'charge_guarded',
-                  arguments: { amount: 100 },
-                  idempotencyKey: randomUUID(),
-                };
-                const answer = await fault.run(provider, running, params);
-                const commits = await provider.commits();
-                expect(commits.map((c) => c.amount)).toEqual(Array(expected).fill(100));
-                if (keys === 'derived') {
-                  // The answer it would have got had nothing failed.
-                  expect(textOf(answer)).toBe(CHARGED);
-                  expect(commits[0]?.idempotencyKey).toMatch(/^mcp_/);
-                } else {
-                  expect(commits.every((c) => c.idempotencyKey === null)).toBe(true);
+            it(
+              `${fault.point}: ${expected === 1 ? 'one charge' : `${expected} charges`} ${how}`,
+              async () => {
+                await provider.reset();
+                const running = await deployment.open(provider, keys);
+                try {
+                  const params = {
+                    name: 'charge_guarded',
+                    arguments: { amount: 100 },
+                    idempotencyKey: randomUUID(),
+                  };
+                  const answer = await fault.run(provider, running, params);
+                  const commits = await provider.commits();
+                  expect(commits.map((c) => c.amount)).toEqual(Array(expected).fill(100));
+                  if (keys === 'derived') {
+                    // The answer it would have got had nothing failed.
+                    expect(textOf(answer)).toBe(CHARGED);
+                    expect(commits[0]?.idempotencyKey).toMatch(/^mcp_/);
+                  } else {
+                    expect(commits.every((c) => c.idempotencyKey === null)).toBe(true);
+                  }
+                  expect(await provider.balance()).toBe(100 * expected);
+                } finally {
+                  await running.close();
                 }
-                expect(await provider.balance()).toBe(100 * expected);
-              } finally {
-                await running.close();
-              }
-            }, FAULT_CASE_MS);
+              },
+              FAULT_CASE_MS,
+            );
           }
         }
       });
