@@ -60,8 +60,8 @@ export class ProcessWriteLock {
         clearTimeout(timer);
         resolve();
       };
-      // A timer counts from the event loop's cached clock, which can lag the real one, so it may
-      // fire a millisecond before the deadline: a waiter gives up only once the deadline is past.
+      // A timer counts whole milliseconds of the event loop's clock, so it may fire a millisecond
+      // before the deadline by performance.now(): a waiter gives up only once the deadline is past.
       const giveUpAtDeadline = () => {
         const left = deadline - performance.now();
         if (left > 0) {
