@@ -15,8 +15,9 @@ export default defineConfig({
     // cores stood idle 30% of the suite; with three, 8%, and the suite took 888 s instead of
     // 1,025 s (vitest's default on two cores is one).
     maxWorkers: Math.max(3, availableParallelism() - 1),
-    // The JSON report is what .ci/run counts; the default reporter is for people.
-    reporters: ['default', 'json'],
+    // The JSON report is what .ci/run counts, and the errors reporter what vitest caught outside any
+    // test (the JSON has no field for those); the default reporter is for people.
+    reporters: ['default', 'json', './test/support/errors-reporter.ts'],
     outputFile: { json: 'test-results/vitest.json' },
   },
 });
