@@ -1,5 +1,51 @@
 import { availableParallelism } from 'node:os';
+import { relative } from 'node:path';
 import { defineConfig } from 'vitest/config';
+import { BaseSequencer, type TestSpecification } from 'vitest/node';
+
+/**
+ * The files that took longest in CI's vitest reports (test-results/vitest-*.json: endTime −
+ * startTime), longest first. A list out of date costs minutes, never a test
+ * (test/support/layout.test.ts holds that each is there).
+ */
+export const LONG_FILES: readonly string[] = [
+  'test/e2e/provider-hop.test.ts',
+  'test/e2e/postgres.test.ts',
+  'test/conformance/sep-3182.test.ts',
+  'test/docs/blocks.test.ts',
+  'test/checker/explore.test.ts',
+  'test/e2e/demo-tour.test.ts',
+  'test/docs/quickstart.test.ts',
+  'test/model/provider.test.ts',
+  'test/checker/check.test.ts',
+  'test/idempotency/stores/redis/cluster.test.ts',
+  'test/e2e/stdio.test.ts',
+  'test/checker/flaws.test.ts',
+  'test/e2e/package.test.ts',
+  'test/e2e/scale-out.test.ts',
+  'test/e2e/http.test.ts',
+  'test/checker/correct-servers.test.ts',
+  'test/e2e/hostile.test.ts',
+  'test/e2e/npm-scripts.test.ts',
+];
+
+/**
+ * The longest files first, then the rest in vitest's order, so the suite does not end on one long
+ * file running alone while the other workers stand idle. Vitest orders by the durations it measured
+ * last time, but a fresh clone (CI's) has none, and it falls back to the largest file first, which
+ * is not the longest: CI's suites ended on the stdio and demo-tour files alone.
+ */
+class LongFilesFirst extends BaseSequencer {
+  override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {
+    const inVitestsOrder = await super.sort(files);
+    const rank = (file: TestSpecification): number => {
+      const at = LONG_FILES.indexOf(relative(this.ctx.config.root, file.moduleId));
+      return at === -1 ? LONG_FILES.length : at;
+    };
+    // Array.prototype.sort is stable: the files off the list keep vitest's order among themselves.
+    return inVitestsOrder.sort((a, b) => rank(a) - rank(b));
+  }
+}
 
 export default defineConfig({
   // The packages' names resolve to their sources, as tsconfig.json's paths say.
@@ -15,6 +61,7 @@ export default defineConfig({
     // cores stood idle 30% of the suite; with three, 8%, and the suite took 888 s instead of
     // 1,025 s (vitest's default on two cores is one).
     maxWorkers: Math.max(3, availableParallelism() - 1),
+    sequence: { sequencer: LongFilesFirst },
     // The JSON report is what .ci/run counts, and the errors reporter what vitest caught outside any
     // test (the JSON has no field for those); the default reporter is for people.
     reporters: ['default', 'json', './test/support/errors-reporter.ts'],

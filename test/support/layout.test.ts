@@ -1,10 +1,12 @@
 // Where a test is, kept true: every library source file has its test at its mirrored path, and the
-// suite's map (docs/tests.md) names every test file, so a reader finds each where they look.
+// suite's map (docs/tests.md) names every test file, so a reader finds each where they look; the
+// files vitest starts first are files the suite has.
 
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { expect, test } from 'vitest';
 import { ROOT } from '../../demo/processes/launch.js';
+import { LONG_FILES } from '../../vitest.config.js';
 
 /** Files under `dir` (relative to the repository's root) whose names end with `suffix`. */
 function filesUnder(dir: string, suffix: string): string[] {
@@ -38,4 +40,9 @@ test('docs/tests.md names every test file by its path under test/', () => {
     )
     .filter((file) => !named.has(file));
   expect(unnamed).toEqual([]);
+});
+
+test('every file vitest is told to start first is a test file the suite has', () => {
+  const tests = filesUnder('test', '.test.ts');
+  expect(LONG_FILES.filter((file) => !tests.includes(file))).toEqual([]);
 });
