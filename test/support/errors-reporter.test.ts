@@ -32,6 +32,7 @@ test('a rejection left behind by a passing test fails the run, and the reporter 
   expect(run.errors).toHaveLength(1);
   expect(run.errors[0]?.message).toBe('left behind');
   expect(run.errors[0]?.stack).toContain('one.test.ts');
+  expect(run.errors[0]?.file).toBe(join(folder.dir, 'one.test.ts'));
 });
 
 test('a clean run writes an empty list', async () => {

@@ -10,20 +10,25 @@ import type { Reporter, TestModule } from 'vitest/node';
 /** Where it writes, relative to the directory vitest runs in, unless told otherwise. */
 export const ERRORS_FILE = 'test-results/vitest-errors.json';
 
-/** What .ci/run prints of one error: its name and message, and where it was thrown. */
+/** What .ci/run prints of one error: its name and message, where it was thrown, and in which file. */
 export interface OutsideError {
   readonly name: string;
   readonly message: string;
   readonly stack: string;
+  /** The test file running when it was thrown, and the test, as vitest marks the error. */
+  readonly file?: string;
+  readonly test?: string;
 }
 
 export function describeError(error: unknown): OutsideError {
   if (error instanceof Error || (typeof error === 'object' && error !== null && 'message' in error)) {
-    const { name, message, stack } = error as { name?: unknown; message?: unknown; stack?: unknown };
+    const { name, message, stack, VITEST_TEST_PATH, VITEST_TEST_NAME } = error as Record<string, unknown>;
     return {
       name: typeof name === 'string' ? name : 'Error',
       message: String(message),
       stack: typeof stack === 'string' ? stack.split('\n').slice(1, 6).join('\n') : '',
+      ...(typeof VITEST_TEST_PATH === 'string' && { file: VITEST_TEST_PATH }),
+      ...(typeof VITEST_TEST_NAME === 'string' && { test: VITEST_TEST_NAME }),
     };
   }
   return { name: typeof error, message: String(error), stack: '' };
