@@ -231,6 +231,7 @@ async function initializeWith(protocolVersion: string): Promise<Record<string, u
     stdio: ['pipe', 'pipe', 'ignore'],
   });
   const exited = new Promise((resolve) => child.once('exit', resolve));
+  child.stdin.on('error', () => {}); // a server that exits unread: no answer within the bound below
   try {
     child.stdin.write(
       `${JSON.stringify({
