@@ -4,8 +4,8 @@ import { defineConfig } from 'vitest/config';
 import { BaseSequencer, type TestSpecification } from 'vitest/node';
 
 /**
- * The files that took longest in CI's vitest reports (test-results/vitest-*.json: endTime −
- * startTime), longest first. A list out of date costs minutes, never a test
+ * The files that took 25 s or more in a whole run's vitest report (test-results/vitest.json:
+ * endTime − startTime), longest first. A list out of date costs minutes, never a test
  * (test/support/layout.test.ts holds that each is there).
  */
 export const LONG_FILES: readonly string[] = [
@@ -13,20 +13,31 @@ export const LONG_FILES: readonly string[] = [
   'test/e2e/postgres.test.ts',
   'test/conformance/sep-3182.test.ts',
   'test/docs/blocks.test.ts',
-  'test/checker/explore.test.ts',
   'test/e2e/demo-tour.test.ts',
+  'test/checker/explore.test.ts',
   'test/docs/quickstart.test.ts',
   'test/model/provider.test.ts',
-  'test/checker/check.test.ts',
-  'test/idempotency/stores/redis/cluster.test.ts',
-  'test/e2e/stdio.test.ts',
   'test/checker/flaws.test.ts',
+  'test/checker/check.test.ts',
   'test/e2e/package.test.ts',
-  'test/e2e/scale-out.test.ts',
+  'test/interop/test/agents-mastra.test.ts',
+  'test/e2e/stdio.test.ts',
   'test/e2e/http.test.ts',
-  'test/checker/correct-servers.test.ts',
-  'test/e2e/hostile.test.ts',
+  'test/e2e/scale-out.test.ts',
+  'test/idempotency/stores/redis/cluster.test.ts',
+  'test/e2e/faults.test.ts',
   'test/e2e/npm-scripts.test.ts',
+  'test/model/guard.test.ts',
+  'test/e2e/outcome-unknown.test.ts',
+  'test/e2e/hostile.test.ts',
+  'test/demo/hosting/cli.test.ts',
+  'test/checker/correct-servers.test.ts',
+  'test/e2e/independent-clients.test.ts',
+  'test/idempotency/stores/redis/environments.test.ts',
+  'test/idempotency/client/client.test.ts',
+  'test/e2e/continuation.test.ts',
+  'test/interop/test/agents-ai-sdk.test.ts',
+  'test/conformance/suite.test.ts',
 ];
 
 /**
