@@ -25,7 +25,6 @@ import { startPostgres } from '../../demo/processes/postgres-server.js';
 import { startRedis } from '../../demo/processes/redis-server.js';
 import {
   openServer,
-  type Server,
   type ServerPair,
   type StoreName,
   type StoreTargets,
@@ -83,19 +82,6 @@ const closers: Array<() => Promise<unknown>> = [];
 async function closeAll(): Promise<void> {
   for (let close = closers.pop(); close; close = closers.pop()) await close().catch(() => {});
 }
-
-/** Waits for all at once; each that started is closed at the end, even when another failed to. */
-async function startTogether<T>(
-  starts: Array<Promise<T>>,
-  closerOf: (started: T) => () => Promise<unknown>,
-): Promise<T[]> {
-  const settled = await Promise.allSettled(starts);
-  for (const one of settled) if (one.status === 'fulfilled') closers.push(closerOf(one.value));
-  const failure = settled.find((one) => one.status === 'rejected');
-  if (failure) throw failure.reason;
-  return settled.flatMap((one) => (one.status === 'fulfilled' ? [one.value] : []));
-}
-
 let interrupted = false;
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
@@ -148,42 +134,31 @@ async function main(): Promise<void> {
   reports.otel = await runChild('otel.ts', pieces, ['--expose-gc']);
 
   // A private redis-server if one is installed, else REDIS_URL; keys under a prefix of this run's own.
-  // A private Postgres cluster if its server binaries are installed, else DATABASE_URL; tables
-  // under a prefix of this run's own (a table name takes no `:` or `-`). The two start together.
+  const redis = await startRedis();
   const prefix = `sep3182-bench:${process.pid}-${randomUUID().slice(0, 8)}:`;
-  const tables = `bench_${process.pid}_${randomUUID().slice(0, 8)}_`;
-  const [redisStart, postgresStart] = await Promise.allSettled([startRedis(), startPostgres()]);
-  const redis = redisStart.status === 'fulfilled' ? redisStart.value : undefined;
-  const postgres = postgresStart.status === 'fulfilled' ? postgresStart.value : undefined;
   if (redis) closers.push(() => redis.flush(prefix).finally(() => redis.stop()));
+  // A private Postgres cluster if its server binaries are installed, else DATABASE_URL; tables
+  // under a prefix of this run's own (a table name takes no `:` or `-`).
+  const postgres = await startPostgres();
+  const tables = `bench_${process.pid}_${randomUUID().slice(0, 8)}_`;
   if (postgres) closers.push(() => postgres.drop(tables).finally(() => postgres.stop()));
-  for (const start of [redisStart, postgresStart]) if (start.status === 'rejected') throw start.reason;
   const stores: StoreTargets = {
     redis: redis && { url: redis.url, prefix },
     postgres: postgres && { url: postgres.url, prefix: tables },
   };
   // Every transport and store the transports question measures (the others call the same
   // servers), each with its fast and its slow server.
-  // They start together: the measuring begins once all have.
-  const wanted = new Map<string, [TransportName, StoreName]>();
-  for (const [transport, store] of SETUPS)
-    if (store === 'memory' || stores[store]) wanted.set(`${transport} ${store}`, [transport, store]);
-  const setups = [...wanted.values()];
-  const opened = await startTogether(
-    setups.flatMap(([transport, store]) => [
-      openServer(transport, store, 'fast', stores),
-      openServer(transport, store, 'slow', stores),
-    ]),
-    (server) => server.close,
-  );
-  const pairs: ServerPair[] = setups.map(([transport, store], i) => ({
-    transport,
-    store,
-    fast: opened[2 * i] as Server,
-    slow: opened[2 * i + 1] as Server,
-  }));
+  const pairs: ServerPair[] = [];
   const serversOf = (transport: TransportName, store: StoreName) =>
     pairs.find((pair) => pair.transport === transport && pair.store === store);
+  for (const [transport, store] of SETUPS) {
+    if (serversOf(transport, store) || (store !== 'memory' && !stores[store])) continue;
+    const fast = await openServer(transport, store, 'fast', stores);
+    closers.push(fast.close);
+    const slow = await openServer(transport, store, 'slow', stores);
+    closers.push(slow.close);
+    pairs.push({ transport, store, fast, slow });
+  }
   note('transports');
   reports.transports = await measureTransports(serversOf, plan.transports, note);
   const stdioRedis = serversOf('stdio', 'redis');

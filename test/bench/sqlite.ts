@@ -103,12 +103,8 @@ export async function measureSqlite(plan: SqlitePlan, progress: (line: string) =
     };
     const variants = new Map<SetupName, Record<VariantName, Variant>>();
     const endpoints: Endpoint[] = [];
-    // Every setup's servers start together; once all have (or failed to: each started is closed below).
-    const started = await Promise.allSettled(SETUPS.map(({ name }) => open(name)));
-    for (const [i, { name, label }] of SETUPS.entries()) {
-      const setup = started[i];
-      if (setup?.status !== 'fulfilled') throw setup?.reason;
-      const { fast, slow } = setup.value;
+    for (const { name, label } of SETUPS) {
+      const { fast, slow } = await open(name);
       endpoints.push(fast, slow);
       variants.set(name, makeVariants(fast, slow, `stdio, ${label}`));
     }
